@@ -1,0 +1,71 @@
+/* Status strings, error records and the stderr logger. */
+#include "error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *agmm_status_str(agmm_status status)
+{
+    switch (status) {
+    case AGMM_SUCCESS: return "success";
+    case AGMM_ERR_INVALID_ARG: return "invalid argument";
+    case AGMM_ERR_UNSUPPORTED: return "unsupported";
+    case AGMM_ERR_NO_MEMORY: return "out of memory";
+    case AGMM_ERR_CUDA: return "CUDA error";
+    case AGMM_ERR_NCCL: return "NCCL error";
+    case AGMM_ERR_CUBLAS: return "cuBLAS error";
+    case AGMM_ERR_TIMEOUT: return "timed out waiting for a peer";
+    case AGMM_ERR_VERSION: return "version mismatch";
+    case AGMM_ERR_INTERNAL: return "internal error";
+    }
+    return "unknown status";
+}
+
+int agmm_version(void) { return AGMM_VERSION; }
+
+agmm_status agmm_error_set(agmm_error *err, agmm_status status, const char *file, int line,
+                           const char *fmt, ...)
+{
+    if (err == NULL || err->status != AGMM_SUCCESS)
+        return status;
+    const char *base = strrchr(file, '/');
+    int used = snprintf(err->msg, sizeof err->msg, "%s:%d: ", base ? base + 1 : file, line);
+    if (used < 0 || (size_t)used >= sizeof err->msg)
+        used = 0;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg + used, sizeof err->msg - (size_t)used, fmt, ap);
+    va_end(ap);
+    err->status = status;
+    return status;
+}
+
+void agmm_error_clear(agmm_error *err)
+{
+    err->status = AGMM_SUCCESS;
+    err->msg[0] = '\0';
+}
+
+int agmm_log_level_from_env(void)
+{
+    const char *v = getenv("AGMM_LOG");
+    if (v == NULL)
+        return AGMM_LOG_WARN;
+    if (strcmp(v, "error") == 0) return AGMM_LOG_ERROR;
+    if (strcmp(v, "info") == 0) return AGMM_LOG_INFO;
+    if (strcmp(v, "debug") == 0) return AGMM_LOG_DEBUG;
+    return AGMM_LOG_WARN;
+}
+
+void agmm_log(int threshold, int level, int rank, const char *fmt, ...)
+{
+    if (level > threshold)
+        return;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "[agmm rank %d] %s\n", rank, line);
+}

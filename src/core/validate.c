@@ -1,0 +1,82 @@
+/* Shape and argument validation (see validate.h). */
+#include "validate.h"
+
+int64_t agmm_mul_checked(int64_t a, int64_t b)
+{
+    if (a < 0 || b < 0)
+        return -1;
+    if (a != 0 && b > AGMM_MAX_ELEMS / a)
+        return -1;
+    return a * b;
+}
+
+size_t agmm_dtype_bytes(agmm_dtype dtype) { return dtype == AGMM_DTYPE_F32 ? 4 : 2; }
+
+const char *agmm_dtype_name(agmm_dtype dtype)
+{
+    switch (dtype) {
+    case AGMM_DTYPE_BF16: return "bf16";
+    case AGMM_DTYPE_F32: return "fp32";
+    }
+    return "?";
+}
+
+agmm_status agmm_check_ag_matmul(const agmm_ag_matmul_desc *d, int nranks, agmm_error *err)
+{
+    if (d == NULL)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "desc is NULL");
+    if (d->m < 1)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "M=%lld: rows per rank must be >= 1", (long long)d->m);
+    if (d->n < 1)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "N=%lld: must be >= 1", (long long)d->n);
+    if (d->k < 1)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "K=%lld: must be >= 1", (long long)d->k);
+    if (d->k % 8 != 0)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
+                         "K=%lld is not a multiple of 8: rows of A must be 16-byte aligned for TMA",
+                         (long long)d->k);
+    if (d->n % 8 != 0 && d->b_layout == AGMM_LAYOUT_ROW_MAJOR)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
+                         "N=%lld is not a multiple of 8: rows of a row-major B must be 16-byte aligned",
+                         (long long)d->n);
+    int64_t rows = agmm_mul_checked(nranks, d->m);
+    if (rows < 0 || agmm_mul_checked(rows, d->k) < 0 || agmm_mul_checked(rows, d->n) < 0 ||
+        agmm_mul_checked(d->k, d->n) < 0)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
+                         "shape W=%d M=%lld N=%lld K=%lld: a matrix would exceed 2^40 elements",
+                         nranks, (long long)d->m, (long long)d->n, (long long)d->k);
+    if (d->b_layout != AGMM_LAYOUT_COL_MAJOR && d->b_layout != AGMM_LAYOUT_ROW_MAJOR)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "b_layout=%d: must be AGMM_LAYOUT_COL_MAJOR or AGMM_LAYOUT_ROW_MAJOR",
+                         (int)d->b_layout);
+    if (d->splits < 0 || d->splits > d->m || d->splits > 1024)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "splits=%d: must be 0..min(M=%lld, 1024)", d->splits,
+                         (long long)d->m);
+    switch (d->backend) {
+    case AGMM_BACKEND_AUTO: case AGMM_BACKEND_NCCL: case AGMM_BACKEND_CE: case AGMM_BACKEND_FUSED:
+        break;
+    default:
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "backend=%s: ag_matmul takes auto, nccl, ce or fused",
+                         agmm_backend_name(d->backend));
+    }
+    return AGMM_SUCCESS;
+}
+
+agmm_status agmm_check_all_reduce(const agmm_all_reduce_desc *d, agmm_error *err)
+{
+    if (d == NULL)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "desc is NULL");
+    if (d->n < 1 || d->n > AGMM_MAX_ELEMS)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "n=%lld: elements per rank must be 1..2^40", (long long)d->n);
+    if (d->dtype != AGMM_DTYPE_BF16 && d->dtype != AGMM_DTYPE_F32)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "dtype=%d: must be AGMM_DTYPE_BF16 or AGMM_DTYPE_F32", (int)d->dtype);
+    switch (d->backend) {
+    case AGMM_BACKEND_AUTO: case AGMM_BACKEND_NCCL: case AGMM_BACKEND_NCCL_PLAIN:
+    case AGMM_BACKEND_ONE_SHOT: case AGMM_BACKEND_TWO_SHOT:
+        break;
+    default:
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
+                         "backend=%s: all_reduce takes auto, nccl, nccl_plain, one_shot or two_shot",
+                         agmm_backend_name(d->backend));
+    }
+    return AGMM_SUCCESS;
+}

@@ -1,0 +1,22 @@
+/* Argument and shape validation shared by every backend and world. Each check names the
+ * argument and what is allowed, so a caller's mistake reads as a sentence. */
+#ifndef AGMM_CORE_VALIDATE_H
+#define AGMM_CORE_VALIDATE_H
+
+#include "agmm.h"
+#include "error.h"
+
+/* Largest element count of any single matrix or vector we accept (2^40). */
+#define AGMM_MAX_ELEMS ((int64_t)1 << 40)
+
+/* m, n >= 1; k >= 1 and k % 8 == 0 (bf16 rows are 16-byte aligned for TMA); W*m*k, W*m*n and
+ * k*n fit AGMM_MAX_ELEMS; splits 0..m; layout and backend known. */
+agmm_status agmm_check_ag_matmul(const agmm_ag_matmul_desc *d, int nranks, agmm_error *err);
+/* n >= 1 and within AGMM_MAX_ELEMS; dtype known. */
+agmm_status agmm_check_all_reduce(const agmm_all_reduce_desc *d, agmm_error *err);
+/* a * b if it stays within AGMM_MAX_ELEMS, else -1. Both >= 0. */
+int64_t agmm_mul_checked(int64_t a, int64_t b);
+size_t agmm_dtype_bytes(agmm_dtype dtype);
+const char *agmm_dtype_name(agmm_dtype dtype);
+
+#endif
