@@ -1,0 +1,58 @@
+/* The test harness (harness.h). */
+#include "harness.h"
+
+#include <stdarg.h>
+#include <string.h>
+
+agmm_test_counts agmm_tests;
+
+int agmm_check(int ok, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs(ok ? "PASS " : "FAIL ", stdout);
+    vprintf(fmt, ap);
+    fputc('\n', stdout);
+    va_end(ap);
+    fflush(stdout);
+    if (ok)
+        agmm_tests.passed++;
+    else
+        agmm_tests.failed++;
+    return ok;
+}
+
+void agmm_skip(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("SKIP ", stdout);
+    vprintf(fmt, ap);
+    fputc('\n', stdout);
+    va_end(ap);
+    va_start(ap, fmt);
+    fputs("SKIP ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    fflush(stdout);
+    agmm_tests.skipped++;
+}
+
+int agmm_test_summary(void)
+{
+    printf("%d passed, %d failed, %d skipped\n", agmm_tests.passed, agmm_tests.failed, agmm_tests.skipped);
+    return agmm_tests.failed ? 1 : 0;
+}
+
+int agmm_test_main(const agmm_test_case *cases, int ncases, const char *filter)
+{
+    for (int i = 0; i < ncases; i++) {
+        if (filter && !strstr(cases[i].name, filter))
+            continue;
+        printf("== %s\n", cases[i].name);
+        fflush(stdout);
+        cases[i].fn();
+    }
+    return agmm_test_summary();
+}
