@@ -122,6 +122,10 @@ typedef enum {
 const char *agmm_backend_name(agmm_backend backend);
 /* Parses a name; returns AGMM_ERR_INVALID_ARG for an unknown one. */
 agmm_status agmm_backend_parse(const char *name, agmm_backend *backend);
+/* 1 if this build can run `backend` for ag_matmul (all_reduce = 0) or all_reduce (1) in this
+ * world, else 0. AUTO is always available. A backend needing NCCL in a world whose ranks share
+ * a GPU counts as available: its plans report "skipped: ranks share a GPU". */
+int agmm_backend_available(const agmm_world *world, agmm_backend backend, int all_reduce);
 
 typedef enum {
     AGMM_LAYOUT_COL_MAJOR = 0, /* B^T is a contiguous N x K matrix (the seed's layout) */

@@ -43,6 +43,14 @@ const agmm_backend_ops *agmm_backend_find(agmm_op op, agmm_backend id, int cpu_w
     return NULL;
 }
 
+int agmm_backend_available(const agmm_world *world, agmm_backend backend, int all_reduce)
+{
+    if (backend == AGMM_BACKEND_AUTO)
+        return 1;
+    return agmm_backend_find(all_reduce ? AGMM_OP_ALL_REDUCE : AGMM_OP_AG_MATMUL, backend,
+                             world->kind == AGMM_WORLD_CPU) != NULL;
+}
+
 static const char *const backend_names[AGMM_BACKEND_COUNT] = {
     [AGMM_BACKEND_AUTO] = "auto",         [AGMM_BACKEND_NCCL] = "nccl",
     [AGMM_BACKEND_CE] = "ce",             [AGMM_BACKEND_FUSED] = "fused",

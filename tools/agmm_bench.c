@@ -1,0 +1,344 @@
+/* agmm-bench: runs every backend of an operation over a sweep of shapes, checks each against a
+ * reference, times it and prints the seed's table (design.md §5). On a machine without a GPU it
+ * runs the CPU world and says so. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "bench_sync.h"
+#include "core/validate.h"
+
+static const char *const usage_text =
+    "usage: agmm-bench [options]\n"
+    "\n"
+    "Runs every backend of an operation over a sweep, checks each result, times it and prints the\n"
+    "seed's table (one column per backend, Best Backend) and the extra figures.\n"
+    "\n"
+    "  --op OP             ag_matmul (default) or all_reduce\n"
+    "  --shape M,N,K       an ag_matmul shape, M = rows per rank (repeatable)\n"
+    "  --shapes A:B:S      cube shapes M=N=K from A to B step S (default on GPUs: 256:4096:128,\n"
+    "                      the seed's 31 shapes; on the CPU: 64:256:64)\n"
+    "  --sizes LIST        all_reduce elements per rank, comma-separated; 2^E allowed\n"
+    "                      (default: the seed's 4093,4096,5000,8192,8193,16384,16380,16387,\n"
+    "                      2^15..2^20, and 2^22, 2^24, 2^27 on GPUs)\n"
+    "  --backends LIST     comma-separated: ag_matmul: nccl,ce,fused; all_reduce:\n"
+    "                      nccl,nccl_plain,one_shot,two_shot; auto too (default: all of them)\n"
+    "  --world KIND        auto (default: GPUs if any, else the CPU), gpu, emulated, cpu\n"
+    "  --ranks N           ranks (default: one per GPU; 4 on the CPU); with --world emulated,\n"
+    "                      N ranks share the visible GPUs\n"
+    "  --warmup N          untimed calls before timing (default 50 on GPUs, 2 on the CPU)\n"
+    "  --iters N           timed calls (default 100 on GPUs, 5 on the CPU)\n"
+    "  --no-flush          do not flush the L2 cache before each timed call\n"
+    "  --check             check correctness only, time nothing\n"
+    "  --splits S          chunks per rank for ce and fused (default 1)\n"
+    "  --b-layout L        col (default: B^T contiguous, the seed's layout) or row\n"
+    "  --dtype T           all_reduce element type: bf16 (default) or fp32\n"
+    "  --timeout SEC       bound on every wait for a peer (default 5)\n"
+    "  --csv FILE          write every figure as CSV\n"
+    "  --json FILE         write every figure as JSON\n"
+    "  --help              this text\n"
+    "\n"
+    "Exit status: 0 every cell correct or skipped, 1 a wrong result or an error, 2 bad arguments.\n";
+
+void bench_usage(FILE *f) { fputs(usage_text, f); }
+
+static int bad(const char *opt, const char *val, const char *allowed)
+{
+    fprintf(stderr, "agmm-bench: %s %s: %s (see --help)\n", opt, val ? val : "(missing)", allowed);
+    return 2;
+}
+
+/* Parses a whole decimal integer or 2^E into [lo, hi]; 0 on success. */
+static int parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out)
+{
+    if (s == NULL || *s == '\0')
+        return -1;
+    char *end;
+    errno = 0;
+    long long v;
+    if (s[0] == '2' && s[1] == '^') {
+        long e = strtol(s + 2, &end, 10);
+        if (*end || errno || e < 0 || e > 62)
+            return -1;
+        v = 1LL << e;
+    } else {
+        v = strtoll(s, &end, 10);
+        if (*end || errno)
+            return -1;
+    }
+    if (v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_int(const char *s, int lo, int hi, int *out)
+{
+    int64_t v;
+    if (parse_i64(s, lo, hi, &v))
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+/* Splits "a<sep>b<sep>c" into at most max fields of at most 31 chars; returns the count or -1. */
+static int split(const char *s, char sep, char fields[][32], int max)
+{
+    int n = 0;
+    const char *p = s;
+    for (;;) {
+        const char *q = strchr(p, sep);
+        size_t len = q ? (size_t)(q - p) : strlen(p);
+        if (n == max || len == 0 || len > 31)
+            return -1;
+        memcpy(fields[n], p, len);
+        fields[n][len] = '\0';
+        n++;
+        if (q == NULL)
+            return n;
+        p = q + 1;
+    }
+}
+
+static int add_shape(bench_options *o, int64_t m, int64_t n, int64_t k, const char *opt, const char *val)
+{
+    agmm_ag_matmul_desc d = {m, n, k, o->b_layout, AGMM_BACKEND_AUTO, 0};
+    agmm_error err = {0};
+    if (agmm_check_ag_matmul(&d, 1, &err) != AGMM_SUCCESS) {
+        const char *msg = strstr(err.msg, ": ");
+        return bad(opt, val, msg ? msg + 2 : err.msg);
+    }
+    if (o->nrows == BENCH_MAX_ROWS)
+        return bad(opt, val, "too many rows (at most 256)");
+    o->shapes[o->nrows][0] = m;
+    o->shapes[o->nrows][1] = n;
+    o->shapes[o->nrows][2] = k;
+    o->nrows++;
+    return 0;
+}
+
+int bench_parse(int argc, char **argv, bench_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->warmup = o->iters = -1;
+    o->flush = 1;
+    o->b_layout = AGMM_LAYOUT_COL_MAJOR;
+    o->dtype = AGMM_DTYPE_BF16;
+    const char *shapes = NULL, *sizes = NULL;
+    int nshape_flags = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int takes = 1;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            bench_usage(stdout);
+            return 1;
+        } else if (!strcmp(a, "--no-flush")) {
+            o->flush = 0, takes = 0;
+        } else if (!strcmp(a, "--check")) {
+            o->check_only = 1, takes = 0;
+        } else if (v == NULL && strncmp(a, "--", 2) == 0) {
+            return bad(a, NULL, "needs a value");
+        } else if (!strcmp(a, "--op")) {
+            if (!strcmp(v, "ag_matmul")) o->op = BENCH_AG_MATMUL;
+            else if (!strcmp(v, "all_reduce")) o->op = BENCH_ALL_REDUCE;
+            else return bad(a, v, "must be ag_matmul or all_reduce");
+        } else if (!strcmp(a, "--shape")) {
+            char f[3][32];
+            int64_t m, n, k;
+            if (split(v, ',', f, 3) != 3 || parse_i64(f[0], 1, INT64_MAX, &m) || parse_i64(f[1], 1, INT64_MAX, &n) ||
+                parse_i64(f[2], 1, INT64_MAX, &k))
+                return bad(a, v, "must be M,N,K with three integers >= 1");
+            if (add_shape(o, m, n, k, a, v))
+                return 2;
+            nshape_flags++;
+        } else if (!strcmp(a, "--shapes")) {
+            shapes = v;
+        } else if (!strcmp(a, "--sizes")) {
+            sizes = v;
+        } else if (!strcmp(a, "--backends")) {
+            char f[BENCH_MAX_BACKENDS][32];
+            int n = split(v, ',', f, BENCH_MAX_BACKENDS);
+            if (n < 0)
+                return bad(a, v, "must be a comma-separated list of backend names");
+            for (int b = 0; b < n; b++)
+                if (agmm_backend_parse(f[b], &o->backends[b]) != AGMM_SUCCESS)
+                    return bad(a, f[b], "unknown backend: nccl, nccl_plain, ce, fused, one_shot, two_shot or auto");
+            o->nbackends = n;
+        } else if (!strcmp(a, "--world")) {
+            if (!strcmp(v, "auto")) o->world = AGMM_WORLD_AUTO;
+            else if (!strcmp(v, "gpu")) o->world = AGMM_WORLD_GPU;
+            else if (!strcmp(v, "emulated")) o->world = AGMM_WORLD_EMULATED;
+            else if (!strcmp(v, "cpu")) o->world = AGMM_WORLD_CPU;
+            else return bad(a, v, "must be auto, gpu, emulated or cpu");
+        } else if (!strcmp(a, "--ranks")) {
+            if (parse_int(v, 1, AGMM_MAX_RANKS, &o->nranks)) return bad(a, v, "must be an integer in 1..64");
+        } else if (!strcmp(a, "--warmup")) {
+            if (parse_int(v, 0, 1000000, &o->warmup)) return bad(a, v, "must be an integer in 0..1000000");
+        } else if (!strcmp(a, "--iters")) {
+            if (parse_int(v, 1, 100000, &o->iters)) return bad(a, v, "must be an integer in 1..100000");
+        } else if (!strcmp(a, "--splits")) {
+            if (parse_int(v, 1, 1024, &o->splits)) return bad(a, v, "must be an integer in 1..1024");
+        } else if (!strcmp(a, "--b-layout")) {
+            if (!strcmp(v, "col")) o->b_layout = AGMM_LAYOUT_COL_MAJOR;
+            else if (!strcmp(v, "row")) o->b_layout = AGMM_LAYOUT_ROW_MAJOR;
+            else return bad(a, v, "must be col or row");
+        } else if (!strcmp(a, "--dtype")) {
+            if (!strcmp(v, "bf16")) o->dtype = AGMM_DTYPE_BF16;
+            else if (!strcmp(v, "fp32")) o->dtype = AGMM_DTYPE_F32;
+            else return bad(a, v, "must be bf16 or fp32");
+        } else if (!strcmp(a, "--timeout")) {
+            char *end;
+            errno = 0;
+            o->timeout_s = strtod(v, &end);
+            if (*end || errno || !(o->timeout_s > 0 && o->timeout_s <= 3600))
+                return bad(a, v, "must be seconds in (0, 3600]");
+        } else if (!strcmp(a, "--csv")) {
+            o->csv_path = v;
+        } else if (!strcmp(a, "--json")) {
+            o->json_path = v;
+        } else {
+            return bad(a, NULL, "unknown option");
+        }
+        i += takes;
+    }
+    if (o->op == BENCH_ALL_REDUCE && (nshape_flags || shapes))
+        return bad("--shape/--shapes", NULL, "apply to --op ag_matmul; all_reduce takes --sizes");
+    if (o->op == BENCH_AG_MATMUL && sizes)
+        return bad("--sizes", sizes, "applies to --op all_reduce; ag_matmul takes --shape or --shapes");
+    if (shapes) {
+        char f[3][32];
+        int64_t lo, hi, step;
+        if (split(shapes, ':', f, 3) != 3 || parse_i64(f[0], 1, 1 << 20, &lo) || parse_i64(f[1], lo, 1 << 20, &hi) ||
+            parse_i64(f[2], 1, 1 << 20, &step))
+            return bad("--shapes", shapes, "must be FROM:TO:STEP with 1 <= FROM <= TO and STEP >= 1");
+        for (int64_t s = lo; s <= hi; s += step)
+            if (add_shape(o, s, s, s, "--shapes", shapes))
+                return 2;
+    }
+    if (sizes) {
+        char f[BENCH_MAX_ROWS][32];
+        int n = split(sizes, ',', f, BENCH_MAX_ROWS);
+        if (n < 0)
+            return bad("--sizes", sizes, "must be a comma-separated list of element counts");
+        for (int i = 0; i < n; i++)
+            if (parse_i64(f[i], 1, (int64_t)1 << 40, &o->sizes[i]))
+                return bad("--sizes", f[i], "must be an integer (or 2^E) in 1..2^40");
+        o->nrows = n;
+    }
+    return 0;
+}
+
+static const int64_t seed_sizes[] = {4093, 4096, 5000, 8192, 8193, 16384, 16380, 16387, 1 << 15, 1 << 16,
+                                     1 << 17, 1 << 18, 1 << 19, 1 << 20};
+static const int64_t gpu_large_sizes[] = {1 << 22, 1 << 24, 1 << 27};
+static const int64_t cpu_sizes[] = {1, 7, 4093, 16387, 65536};
+
+/* Fills the default sweep, counts and backends for the world that was created. */
+static void apply_defaults(bench_results *r, agmm_world *world)
+{
+    bench_options *o = &r->opt;
+    int gpu = r->gpu;
+    if (o->warmup < 0)
+        o->warmup = gpu ? 50 : 2;
+    if (o->iters < 0)
+        o->iters = gpu ? 100 : 5;
+    if (o->nrows == 0 && o->op == BENCH_AG_MATMUL) {
+        for (int64_t s = gpu ? 256 : 64; s <= (gpu ? 4096 : 256); s += gpu ? 128 : 64) {
+            o->shapes[o->nrows][0] = o->shapes[o->nrows][1] = o->shapes[o->nrows][2] = s;
+            o->nrows++;
+        }
+    } else if (o->nrows == 0) {
+        const int64_t *list = gpu ? seed_sizes : cpu_sizes;
+        int n = gpu ? (int)(sizeof seed_sizes / sizeof *seed_sizes) : (int)(sizeof cpu_sizes / sizeof *cpu_sizes);
+        for (int i = 0; i < n; i++)
+            o->sizes[o->nrows++] = list[i];
+        for (int i = 0; gpu && i < (int)(sizeof gpu_large_sizes / sizeof *gpu_large_sizes); i++)
+            o->sizes[o->nrows++] = gpu_large_sizes[i];
+    }
+    if (o->nbackends == 0) {
+        static const agmm_backend mm[] = {AGMM_BACKEND_NCCL, AGMM_BACKEND_CE, AGMM_BACKEND_FUSED};
+        static const agmm_backend ar[] = {AGMM_BACKEND_NCCL, AGMM_BACKEND_NCCL_PLAIN, AGMM_BACKEND_ONE_SHOT,
+                                          AGMM_BACKEND_TWO_SHOT};
+        const agmm_backend *list = o->op == BENCH_AG_MATMUL ? mm : ar;
+        int n = o->op == BENCH_AG_MATMUL ? 3 : 4;
+        for (int i = 0; i < n; i++)
+            if (agmm_backend_available(world, list[i], o->op == BENCH_ALL_REDUCE))
+                o->backends[o->nbackends++] = list[i];
+    }
+    memcpy(r->backends, o->backends, sizeof r->backends);
+    r->nbackends = o->nbackends;
+    r->nrows = o->nrows;
+    for (int i = 0; i < o->nrows; i++) {
+        if (o->op == BENCH_AG_MATMUL) {
+            r->rows[i].m = o->shapes[i][0];
+            r->rows[i].n = o->shapes[i][1];
+            r->rows[i].k = o->shapes[i][2];
+        } else {
+            r->rows[i].n = o->sizes[i];
+        }
+    }
+}
+
+int main(int argc, char **argv)
+{
+    static bench_results res; /* large: rows x backends of cells */
+    int rc = bench_parse(argc, argv, &res.opt);
+    if (rc)
+        return rc == 1 ? 0 : rc;
+
+    agmm_world_config cfg = {res.opt.world, res.opt.nranks, res.opt.timeout_s, 0};
+    agmm_world *world = NULL;
+    char err[512] = "";
+    agmm_status st = agmm_world_create(&world, &cfg, err, sizeof err);
+    if (st != AGMM_SUCCESS) {
+        fprintf(stderr, "agmm-bench: cannot create the world: %s: %s\n", agmm_status_str(st), err);
+        return st == AGMM_ERR_INVALID_ARG ? 2 : 1;
+    }
+    res.nranks = agmm_world_nranks(world);
+    res.world_desc = agmm_world_describe(world);
+    res.gpu = agmm_world_kind_of(world) != AGMM_WORLD_CPU;
+    if (!res.gpu)
+        printf("==================================================================\n"
+               "  agmm-bench is running on the CPU: no GPU is used.\n"
+               "  Ranks are threads, memory is host memory; times are CPU times.\n"
+               "==================================================================\n");
+    printf("# %s\n", res.world_desc);
+    fflush(stdout);
+    apply_defaults(&res, world);
+    if (res.nbackends == 0) {
+        fprintf(stderr, "agmm-bench: no backend of this build runs in this world\n");
+        agmm_world_destroy(world);
+        return 1;
+    }
+    if (bench_sync_init(&res, agmm_world_local_ranks(world)) != 0) {
+        fprintf(stderr, "agmm-bench: cannot set up rank threads\n");
+        agmm_world_destroy(world);
+        return 1;
+    }
+    st = agmm_world_run(world, bench_rank_main, &res);
+    if (st != AGMM_SUCCESS)
+        fprintf(stderr, "agmm-bench: a rank failed: %s\n", agmm_status_str(st));
+    report_print(&res, stdout);
+    if (res.opt.csv_path && report_csv(&res, res.opt.csv_path) != 0) {
+        fprintf(stderr, "agmm-bench: --csv %s: cannot write: %s\n", res.opt.csv_path, strerror(errno));
+        rc = 1;
+    }
+    if (res.opt.json_path && report_json(&res, res.opt.json_path) != 0) {
+        fprintf(stderr, "agmm-bench: --json %s: cannot write: %s\n", res.opt.json_path, strerror(errno));
+        rc = 1;
+    }
+    int failed = st != AGMM_SUCCESS;
+    for (int i = 0; i < res.nrows; i++)
+        for (int b = 0; b < res.nbackends; b++)
+            failed |= res.rows[i].cell[b].state == CELL_WRONG || res.rows[i].cell[b].state == CELL_ERROR ||
+                      res.rows[i].cell[b].state == CELL_EMPTY;
+    if (failed)
+        fprintf(stderr, "agmm-bench: FAILED: some cells are wrong or could not run (see the table)\n");
+    bench_sync_fini(&res);
+    agmm_world_destroy(world);
+    return failed || rc ? 1 : 0;
+}

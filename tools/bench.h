@@ -1,0 +1,81 @@
+/* agmm-bench internals: options, the per-cell results, the device-memory shim and the report.
+ * The CLI layer of design.md §3: it drives the public API and reads results; the one internal
+ * it touches is the plain-GEMM timer behind the overlap-efficiency column. */
+#ifndef AGMM_TOOLS_BENCH_H
+#define AGMM_TOOLS_BENCH_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "agmm.h"
+
+#define BENCH_MAX_ROWS 256
+#define BENCH_MAX_BACKENDS 8
+
+typedef enum { BENCH_AG_MATMUL = 0, BENCH_ALL_REDUCE } bench_op;
+
+typedef struct {
+    bench_op op;
+    agmm_world_kind world;
+    int nranks;                  /* 0: the world's default */
+    int64_t shapes[BENCH_MAX_ROWS][3];  /* M, N, K (ag_matmul) */
+    int64_t sizes[BENCH_MAX_ROWS];      /* n (all_reduce) */
+    int nrows;                   /* 0: the default sweep for the world */
+    agmm_backend backends[BENCH_MAX_BACKENDS];
+    int nbackends;               /* 0: every backend of the op */
+    int warmup, iters;           /* -1: default (50/100 on GPUs, 2/5 on the CPU) */
+    int flush;
+    int check_only;
+    int splits;
+    agmm_layout b_layout;
+    agmm_dtype dtype;
+    double timeout_s;
+    const char *csv_path, *json_path;
+} bench_options;
+
+typedef enum { CELL_EMPTY = 0, CELL_OK, CELL_WRONG, CELL_SKIPPED, CELL_ERROR } cell_state;
+
+typedef struct {
+    cell_state state;
+    char note[160];              /* why skipped / what failed */
+    double mean_us, median_us, min_us, max_us;
+    double err;                  /* rel. Frobenius error of C (max over ranks), or max abs error (all_reduce) */
+    int exact_a;                 /* gathered A equal bit for bit on every rank */
+} bench_cell;
+
+typedef struct {
+    int64_t m, n, k;             /* ag_matmul shape; all_reduce: n only */
+    double gemm_us;              /* plain GEMM on the gathered shape (0: not measured) */
+    bench_cell cell[BENCH_MAX_BACKENDS];
+} bench_row;
+
+typedef struct {
+    bench_options opt;
+    int nranks;
+    const char *world_desc;
+    int gpu;                     /* the world runs on GPUs */
+    agmm_backend backends[BENCH_MAX_BACKENDS];
+    int nbackends;
+    bench_row rows[BENCH_MAX_ROWS];
+    int nrows;
+    pthread_barrier_t barrier;   /* rank threads meet here (bench_sync.h) */
+    pthread_mutex_t mu;          /* guards the cells while ranks merge their checks */
+} bench_results;
+
+/* Parses argv into *opt. Returns 0, or 2 after printing the problem (or 1 after --help). */
+int bench_parse(int argc, char **argv, bench_options *opt);
+void bench_usage(FILE *f);
+
+/* Runs the sweep on one rank (the agmm_world_run callback); `arg` is the bench_results. */
+agmm_status bench_rank_main(agmm_ctx *ctx, void *arg);
+
+/* Output: the seed's table and the extra columns to stdout; CSV and JSON files. */
+void report_print(const bench_results *r, FILE *f);
+int report_csv(const bench_results *r, const char *path);
+int report_json(const bench_results *r, const char *path);
+/* The backend with the smallest mean time among correct cells, or -1. */
+int report_best(const bench_results *r, const bench_row *row);
+
+#endif

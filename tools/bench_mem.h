@@ -1,0 +1,43 @@
+/* Memory, streams and timers for agmm-bench, on the device of a rank: CUDA where the rank has a
+ * GPU, host memory and wall clocks in the CPU world. Keeps the sweep itself free of #ifdefs. */
+#ifndef AGMM_TOOLS_BENCH_MEM_H
+#define AGMM_TOOLS_BENCH_MEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "agmm.h"
+
+typedef struct {
+    int gpu;             /* 1: CUDA device memory and events */
+    void *stream;        /* cudaStream_t, or NULL on the CPU */
+    void *flush;         /* 256 MB (GPU) / 64 MB (CPU) buffer overwritten to flush the L2/LLC */
+    size_t flush_bytes;
+    void *ev_start, *ev_stop;   /* max_timed cudaEvent_t each, or max_timed doubles (CPU) */
+    int max_timed;
+    int flush_gen;
+    char err[256];
+} bench_dev;
+
+/* Returns 0, or -1 with dev->err set. */
+int bench_dev_init(bench_dev *dev, agmm_ctx *ctx, int flush, int max_timed);
+void bench_dev_fini(bench_dev *dev);
+void *bench_alloc(bench_dev *dev, size_t bytes);
+void bench_free(bench_dev *dev, void *p);
+int bench_upload(bench_dev *dev, void *dst, const void *src, size_t bytes);
+int bench_download(bench_dev *dev, void *dst, const void *src, size_t bytes);
+/* Overwrites `count` bf16 elements with NaN so an element never written is seen. */
+int bench_poison_bf16(bench_dev *dev, void *dst, size_t count);
+int bench_flush(bench_dev *dev);
+int bench_sync(bench_dev *dev);
+/* Call i (< max_timed) is timed between start(i) and stop(i); collect waits for all of them and
+ * gives microseconds per call. Nothing syncs in between, so the host queues ahead as in the seed. */
+int bench_timer_start(bench_dev *dev, int i);
+int bench_timer_stop(bench_dev *dev, int i);
+int bench_timer_collect(bench_dev *dev, int count, double *us);
+/* Plain GEMM on the gathered shape with this world's GEMM (cuBLASLt on GPUs, the CPU GEMM on the
+ * CPU): median microseconds over `iters` calls after `warmup`, or < 0 if unavailable. */
+double bench_time_plain_gemm(bench_dev *dev, agmm_ctx *ctx, int64_t rows, int64_t n, int64_t k,
+                             agmm_layout b_layout, int warmup, int iters);
+
+#endif

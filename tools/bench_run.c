@@ -1,0 +1,362 @@
+/* The sweep one rank runs: for every row and backend, plan, fill fresh random inputs, poison
+ * the outputs, run once and check, then warm up and time (design.md §5). Every rank runs the
+ * same sequence, so the collective calls line up. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "bench_mem.h"
+#include "bench_sync.h"
+#include "core/numeric.h"
+#include "core/stats.h"
+
+/* Tolerances: bf16 outputs carry ~2^-9 relative rounding; fp32 sums only reordering. */
+#define TOL_BF16 1e-2
+#define TOL_F32 1e-5
+/* Shapes whose gathered GEMM is at most this many multiply-adds get a full fp64 reference;
+ * larger ones a sample of rows from every rank block (first, last and spread rows). */
+#define FULL_CHECK_MACS ((int64_t)1 << 27)
+#define SAMPLE_ROWS_PER_RANK 6
+
+static uint64_t seed_of(int row, int backend, int rank, int what)
+{
+    uint64_t s = ((uint64_t)row << 40) ^ ((uint64_t)backend << 32) ^ ((uint64_t)rank << 8) ^ (uint64_t)what;
+    return agmm_rng_next(&s);
+}
+
+static void fill_bf16(uint16_t *x, size_t count, uint64_t seed)
+{
+    for (size_t i = 0; i < count; i++)
+        x[i] = agmm_f32_to_bf16(agmm_rng_uniform(&seed));
+}
+
+static void fill_f32(float *x, size_t count, uint64_t seed)
+{
+    for (size_t i = 0; i < count; i++)
+        x[i] = agmm_rng_uniform(&seed);
+}
+
+static double b_at(const uint16_t *b, agmm_layout layout, int64_t n, int64_t k, int64_t kk, int64_t nn)
+{
+    return agmm_bf16_to_f32(layout == AGMM_LAYOUT_COL_MAJOR ? b[nn * k + kk] : b[kk * n + nn]);
+}
+
+/* Relative Frobenius error of C's checked rows against fp64, and whether any element is NaN. */
+static double check_c(const uint16_t *a, const uint16_t *b, const uint16_t *c, int64_t rows, int64_t m,
+                      int64_t n, int64_t k, agmm_layout layout, int *nan_seen)
+{
+    int full = (double)rows * (double)n * (double)k <= (double)FULL_CHECK_MACS;
+    int64_t nranks = rows / m;
+    int64_t count = full ? rows : nranks * SAMPLE_ROWS_PER_RANK;
+    double num = 0, den = 0;
+    double *acc = malloc((size_t)n * sizeof *acc);
+    if (acc == NULL)
+        return INFINITY;
+    for (int64_t idx = 0; idx < count; idx++) {
+        int64_t r = idx;
+        if (!full) {
+            int64_t blk = idx / SAMPLE_ROWS_PER_RANK, j = idx % SAMPLE_ROWS_PER_RANK;
+            r = blk * m + (j == 0 ? 0 : j == 1 ? m - 1 : (m * j) / SAMPLE_ROWS_PER_RANK);
+        }
+        memset(acc, 0, (size_t)n * sizeof *acc);
+        for (int64_t kk = 0; kk < k; kk++) {
+            double av = agmm_bf16_to_f32(a[r * k + kk]);
+            for (int64_t nn = 0; nn < n; nn++)
+                acc[nn] += av * b_at(b, layout, n, k, kk, nn);
+        }
+        for (int64_t nn = 0; nn < n; nn++) {
+            double got = agmm_bf16_to_f32(c[r * n + nn]);
+            if (isnan(got))
+                *nan_seen = 1;
+            num += (got - acc[nn]) * (got - acc[nn]);
+            den += acc[nn] * acc[nn];
+        }
+    }
+    free(acc);
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+typedef struct {
+    agmm_ctx *ctx;
+    bench_results *res;
+    bench_dev *dev;
+    int rank, nranks, row, bi;
+} cell_job;
+
+/* Marks the cell failed (the first failure's note is kept); returns 0 for `ok = cell_fail(...)`. */
+static int cell_fail(cell_job *j, cell_state state, const char *what)
+{
+    bench_cell *cell = &j->res->rows[j->row].cell[j->bi];
+    bench_sync_lock(j->res);
+    if (cell->state == CELL_EMPTY || cell->state == CELL_OK) {
+        cell->state = state;
+        snprintf(cell->note, sizeof cell->note, "rank %d: %.140s", j->rank, what);
+    }
+    bench_sync_unlock(j->res);
+    return 0;
+}
+
+/* No rank has failed this cell so far. Read after a barrier, every rank sees the same answer. */
+static int cell_ok(cell_job *j)
+{
+    bench_sync_lock(j->res);
+    cell_state s = j->res->rows[j->row].cell[j->bi].state;
+    bench_sync_unlock(j->res);
+    return s == CELL_EMPTY || s == CELL_OK;
+}
+
+/* The two barriers a cell's ranks meet at, for a rank that has nothing to run. */
+static void skip_cell_barriers(cell_job *j)
+{
+    bench_sync_barrier(j->res);
+    bench_sync_barrier(j->res);
+}
+
+/* Merges one rank's check into the cell: the worst error, exactness on every rank. */
+static void record_check(cell_job *j, double err, int exact)
+{
+    bench_sync_lock(j->res);
+    bench_cell *cell = &j->res->rows[j->row].cell[j->bi];
+    if (cell->state == CELL_EMPTY) {
+        cell->state = CELL_OK;
+        cell->exact_a = 1;
+    }
+    if (err > cell->err || isnan(err))
+        cell->err = err;
+    cell->exact_a = cell->exact_a && exact;
+    bench_sync_unlock(j->res);
+}
+
+/* Warm-up, barrier, timed loop; rank 0's times become the cell's statistics. */
+static int time_plan(cell_job *j, agmm_plan *plan, const agmm_io *io)
+{
+    const bench_options *o = &j->res->opt;
+    bench_dev *dev = j->dev;
+    for (int i = 0; i < o->warmup; i++) {
+        if (agmm_plan_run(plan, io, dev->stream) != AGMM_SUCCESS)
+            return -1;
+    }
+    if (agmm_ctx_sync(j->ctx) != AGMM_SUCCESS || bench_sync(dev) != 0)
+        return -1;
+    bench_sync_barrier(j->res);
+    for (int i = 0; i < o->iters; i++) {
+        if (bench_flush(dev) || bench_timer_start(dev, i) || agmm_plan_run(plan, io, dev->stream) != AGMM_SUCCESS ||
+            bench_timer_stop(dev, i))
+            return -1;
+    }
+    double *us = malloc((size_t)o->iters * sizeof *us);
+    if (us == NULL || bench_timer_collect(dev, o->iters, us) != 0 || agmm_ctx_sync(j->ctx) != AGMM_SUCCESS) {
+        free(us);
+        return -1;
+    }
+    if (j->rank == 0) {
+        agmm_stats s;
+        agmm_stats_compute(us, o->iters, &s);
+        bench_cell *cell = &j->res->rows[j->row].cell[j->bi];
+        cell->mean_us = s.mean;
+        cell->median_us = s.median;
+        cell->min_us = s.min;
+        cell->max_us = s.max;
+    }
+    free(us);
+    return 0;
+}
+
+static const char *why(cell_job *j, const char *fallback)
+{
+    const char *e = agmm_last_error(j->ctx);
+    if (e[0])
+        return e;
+    return j->dev->err[0] ? j->dev->err : fallback;
+}
+
+static void run_ag_matmul(cell_job *j)
+{
+    const bench_options *o = &j->res->opt;
+    bench_row *row = &j->res->rows[j->row];
+    int64_t m = row->m, n = row->n, k = row->k, rows = (int64_t)j->nranks * m;
+    agmm_ag_matmul_desc desc = {m, n, k, o->b_layout, j->res->backends[j->bi], o->splits};
+    agmm_plan *plan = NULL;
+    uint16_t *ha = NULL, *hb = NULL, *hag = NULL, *hc = NULL;
+    void *db = NULL, *dag = NULL, *dc = NULL;
+    agmm_status st = agmm_plan_ag_matmul(&plan, j->ctx, &desc);
+    if (st != AGMM_SUCCESS) {
+        cell_fail(j, st == AGMM_ERR_UNSUPPORTED ? CELL_SKIPPED : CELL_ERROR, why(j, agmm_status_str(st)));
+        skip_cell_barriers(j);
+        return;
+    }
+    bench_dev *dev = j->dev;
+    int ok = 1;
+    ha = malloc((size_t)(m * k) * 2);
+    hb = malloc((size_t)(k * n) * 2);
+    hag = malloc((size_t)(rows * k) * 2);
+    hc = malloc((size_t)(rows * n) * 2);
+    db = bench_alloc(dev, (size_t)(k * n) * 2);
+    dag = bench_alloc(dev, (size_t)(rows * k) * 2);
+    dc = bench_alloc(dev, (size_t)(rows * n) * 2);
+    if (!ha || !hb || !hag || !hc || !db || !dag || !dc)
+        ok = cell_fail(j, CELL_ERROR, dev->err[0] ? dev->err : "host allocation failed");
+    if (ok) {
+        /* Fresh inputs per row and backend; B differs per rank like column-parallel weights. */
+        fill_bf16(ha, (size_t)(m * k), seed_of(j->row, j->bi, j->rank, 'A'));
+        fill_bf16(hb, (size_t)(k * n), seed_of(j->row, j->bi, j->rank, 'B'));
+        if (bench_upload(dev, agmm_plan_input(plan), ha, (size_t)(m * k) * 2) ||
+            bench_upload(dev, db, hb, (size_t)(k * n) * 2) || bench_poison_bf16(dev, dag, (size_t)(rows * k)) ||
+            bench_poison_bf16(dev, dc, (size_t)(rows * n)) || bench_sync(dev))
+            ok = cell_fail(j, CELL_ERROR, dev->err);
+    }
+    /* Every rank reaches the same barriers whatever failed, so nobody is left waiting. */
+    bench_sync_barrier(j->res); /* every rank's shard is written before anyone runs */
+    agmm_io io = {.b = db, .a_gathered = dag, .c = dc};
+    if (ok && cell_ok(j) &&
+        (agmm_plan_run(plan, &io, dev->stream) != AGMM_SUCCESS || agmm_ctx_sync(j->ctx) != AGMM_SUCCESS ||
+         bench_sync(dev) != 0))
+        ok = cell_fail(j, CELL_ERROR, why(j, "run failed"));
+    if (ok && cell_ok(j) &&
+        (bench_download(dev, hag, dag, (size_t)(rows * k) * 2) || bench_download(dev, hc, dc, (size_t)(rows * n) * 2)))
+        ok = cell_fail(j, CELL_ERROR, dev->err);
+    if (ok && cell_ok(j)) {
+        /* The gathered A must equal every rank's shard bit for bit. */
+        int exact = 1;
+        for (int r = 0; r < j->nranks && exact; r++) {
+            fill_bf16(ha, (size_t)(m * k), seed_of(j->row, j->bi, r, 'A'));
+            exact = memcmp(ha, hag + (size_t)r * (size_t)(m * k), (size_t)(m * k) * 2) == 0;
+        }
+        int nan_seen = 0;
+        double err = check_c(hag, hb, hc, rows, m, n, k, o->b_layout, &nan_seen);
+        record_check(j, err, exact);
+        if (!exact || nan_seen || !(err <= TOL_BF16)) {
+            char what[160];
+            snprintf(what, sizeof what, "wrong result: gathered A %s, C rel err %.2e%s (tolerance %.0e)",
+                     exact ? "exact" : "DIFFERS", err, nan_seen ? ", NaN in C" : "", TOL_BF16);
+            cell_fail(j, CELL_WRONG, what);
+        }
+    }
+    bench_sync_barrier(j->res);
+    if (!o->check_only && cell_ok(j) && time_plan(j, plan, &io) != 0)
+        cell_fail(j, CELL_ERROR, why(j, "timed run failed"));
+    bench_free(dev, db);
+    bench_free(dev, dag);
+    bench_free(dev, dc);
+    free(ha);
+    free(hb);
+    free(hag);
+    free(hc);
+    agmm_plan_destroy(plan);
+}
+
+static void run_all_reduce(cell_job *j)
+{
+    const bench_options *o = &j->res->opt;
+    bench_row *row = &j->res->rows[j->row];
+    int64_t n = row->n;
+    size_t esz = o->dtype == AGMM_DTYPE_F32 ? 4 : 2;
+    agmm_all_reduce_desc desc = {n, o->dtype, j->res->backends[j->bi]};
+    agmm_plan *plan = NULL;
+    void *hin = NULL, *hout = NULL, *dout = NULL;
+    float *acc = NULL, *tmp = NULL;
+    agmm_status st = agmm_plan_all_reduce(&plan, j->ctx, &desc);
+    if (st != AGMM_SUCCESS) {
+        cell_fail(j, st == AGMM_ERR_UNSUPPORTED ? CELL_SKIPPED : CELL_ERROR, why(j, agmm_status_str(st)));
+        skip_cell_barriers(j);
+        return;
+    }
+    bench_dev *dev = j->dev;
+    int ok = 1;
+    hin = malloc((size_t)n * esz);
+    hout = malloc((size_t)n * esz);
+    acc = calloc((size_t)n, sizeof *acc);
+    tmp = malloc((size_t)n * sizeof *tmp);
+    dout = bench_alloc(dev, (size_t)n * esz);
+    if (!hin || !hout || !acc || !tmp || !dout)
+        ok = cell_fail(j, CELL_ERROR, dev->err[0] ? dev->err : "host allocation failed");
+    if (ok) {
+        /* Reference: every rank's input regenerated, summed in rank order in fp32 (as our
+         * backends sum), compared with a tolerance since NCCL may sum in another order. */
+        for (int r = 0; r < j->nranks; r++) {
+            fill_f32(tmp, (size_t)n, seed_of(j->row, j->bi, r, 'V'));
+            for (int64_t i = 0; i < n; i++) {
+                float v = o->dtype == AGMM_DTYPE_F32 ? tmp[i] : agmm_bf16_to_f32(agmm_f32_to_bf16(tmp[i]));
+                acc[i] += v;
+                if (r != j->rank)
+                    continue;
+                if (o->dtype == AGMM_DTYPE_F32)
+                    ((float *)hin)[i] = v;
+                else
+                    ((uint16_t *)hin)[i] = agmm_f32_to_bf16(v);
+            }
+        }
+        if (bench_upload(dev, agmm_plan_input(plan), hin, (size_t)n * esz) ||
+            bench_poison_bf16(dev, dout, (size_t)n * esz / 2) || bench_sync(dev))
+            ok = cell_fail(j, CELL_ERROR, dev->err);
+    }
+    bench_sync_barrier(j->res);
+    agmm_io io = {.out = dout};
+    if (ok && cell_ok(j) &&
+        (agmm_plan_run(plan, &io, dev->stream) != AGMM_SUCCESS || agmm_ctx_sync(j->ctx) != AGMM_SUCCESS ||
+         bench_sync(dev) != 0 || bench_download(dev, hout, dout, (size_t)n * esz)))
+        ok = cell_fail(j, CELL_ERROR, why(j, "run failed"));
+    if (ok && cell_ok(j)) {
+        double num = 0, den = 0;
+        int nan_seen = 0;
+        for (int64_t i = 0; i < n; i++) {
+            double got = o->dtype == AGMM_DTYPE_F32 ? ((float *)hout)[i] : agmm_bf16_to_f32(((uint16_t *)hout)[i]);
+            double want = o->dtype == AGMM_DTYPE_F32 ? acc[i] : agmm_bf16_to_f32(agmm_f32_to_bf16(acc[i]));
+            nan_seen |= isnan(got);
+            num += (got - want) * (got - want);
+            den += want * want;
+        }
+        double err = den > 0 ? sqrt(num / den) : sqrt(num);
+        double tol = o->dtype == AGMM_DTYPE_F32 ? TOL_F32 : TOL_BF16;
+        record_check(j, err, 1);
+        if (nan_seen || !(err <= tol)) {
+            char what[160];
+            snprintf(what, sizeof what, "wrong result: rel err %.2e%s (tolerance %.0e)", err, nan_seen ? ", NaN" : "",
+                     tol);
+            cell_fail(j, CELL_WRONG, what);
+        }
+    }
+    bench_sync_barrier(j->res);
+    if (!o->check_only && cell_ok(j) && time_plan(j, plan, &io) != 0)
+        cell_fail(j, CELL_ERROR, why(j, "timed run failed"));
+    bench_free(dev, dout);
+    free(hin);
+    free(hout);
+    free(acc);
+    free(tmp);
+    agmm_plan_destroy(plan);
+}
+
+agmm_status bench_rank_main(agmm_ctx *ctx, void *arg)
+{
+    bench_results *res = arg;
+    bench_dev dev;
+    int timed = res->opt.iters > 0 ? res->opt.iters : 1;
+    if (bench_dev_init(&dev, ctx, res->opt.flush, timed) != 0) {
+        fprintf(stderr, "agmm-bench: rank %d: %s\n", agmm_ctx_rank(ctx), dev.err);
+        bench_dev_fini(&dev);
+        return AGMM_ERR_CUDA;
+    }
+    cell_job j = {ctx, res, &dev, agmm_ctx_rank(ctx), res->nranks, 0, 0};
+    for (j.row = 0; j.row < res->nrows; j.row++) {
+        if (res->opt.op == BENCH_AG_MATMUL && res->opt.check_only == 0 && j.rank == 0) {
+            bench_row *row = &res->rows[j.row];
+            row->gemm_us = bench_time_plain_gemm(&dev, ctx, (int64_t)res->nranks * row->m, row->n, row->k,
+                                                 res->opt.b_layout, res->opt.warmup, res->opt.iters);
+        }
+        for (j.bi = 0; j.bi < res->nbackends; j.bi++) {
+            dev.err[0] = '\0';
+            if (res->opt.op == BENCH_AG_MATMUL)
+                run_ag_matmul(&j);
+            else
+                run_all_reduce(&j);
+            /* Ranks leave a cell together, so one rank's failure cannot skew the next cell. */
+            bench_sync_barrier(res);
+        }
+        if (j.rank == 0)
+            bench_progress(res, j.row);
+    }
+    bench_dev_fini(&dev);
+    return AGMM_SUCCESS;
+}

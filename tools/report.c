@@ -1,0 +1,262 @@
+/* agmm-bench output: the seed's table (one time column per backend and the best backend), the
+ * extra figures per backend, and every figure as CSV or JSON. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "bench.h"
+
+static const char *op_name(const bench_results *r) { return r->opt.op == BENCH_AG_MATMUL ? "ag_matmul" : "all_reduce"; }
+static const char *dtype_name(const bench_results *r)
+{
+    return r->opt.op == BENCH_AG_MATMUL || r->opt.dtype == AGMM_DTYPE_BF16 ? "bf16" : "fp32";
+}
+
+static const char *state_name(cell_state s)
+{
+    switch (s) {
+    case CELL_OK: return "ok";
+    case CELL_WRONG: return "WRONG";
+    case CELL_SKIPPED: return "skipped";
+    case CELL_ERROR: return "ERROR";
+    case CELL_EMPTY: break;
+    }
+    return "not run";
+}
+
+static int timed(const bench_results *r, const bench_cell *c) { return c->state == CELL_OK && !r->opt.check_only; }
+
+int report_best(const bench_results *r, const bench_row *row)
+{
+    int best = -1;
+    for (int b = 0; b < r->nbackends; b++) {
+        const bench_cell *c = &row->cell[b];
+        if (timed(r, c) && (best < 0 || c->mean_us < row->cell[best].mean_us))
+            best = b;
+    }
+    return best;
+}
+
+static int baseline_index(const bench_results *r)
+{
+    for (int b = 0; b < r->nbackends; b++)
+        if (r->backends[b] == AGMM_BACKEND_NCCL)
+            return b;
+    return -1;
+}
+
+static void shape_str(const bench_results *r, const bench_row *row, char *buf, size_t len)
+{
+    if (r->opt.op == BENCH_AG_MATMUL)
+        snprintf(buf, len, "(%lld, %lld, %lld)", (long long)row->m, (long long)row->n, (long long)row->k);
+    else
+        snprintf(buf, len, "%lld", (long long)row->n);
+}
+
+typedef struct {
+    double tflops, algbw_gbps, busbw_gbps, speedup, overlap;
+} derived;
+
+/* Throughput and ratios of one cell; NAN where they do not apply. */
+static derived derive(const bench_results *r, const bench_row *row, int b)
+{
+    derived d = {NAN, NAN, NAN, NAN, NAN};
+    const bench_cell *c = &row->cell[b];
+    if (!timed(r, c) || c->mean_us <= 0)
+        return d;
+    double t_s = c->mean_us * 1e-6;
+    if (r->opt.op == BENCH_AG_MATMUL) {
+        d.tflops = 2.0 * r->nranks * (double)row->m * (double)row->n * (double)row->k / t_s * 1e-12;
+        if (row->gemm_us > 0)
+            d.overlap = row->gemm_us / c->mean_us;
+    } else {
+        double bytes = (double)row->n * (r->opt.dtype == AGMM_DTYPE_F32 ? 4 : 2);
+        d.algbw_gbps = bytes / t_s * 1e-9;
+        d.busbw_gbps = d.algbw_gbps * 2.0 * (r->nranks - 1) / r->nranks;
+    }
+    int base = baseline_index(r);
+    if (base >= 0 && timed(r, &row->cell[base]))
+        d.speedup = row->cell[base].mean_us / c->mean_us;
+    return d;
+}
+
+static void print_num(FILE *f, int width, double v, int prec)
+{
+    if (isnan(v))
+        fprintf(f, " %*s", width, "-");
+    else
+        fprintf(f, " %*.*f", width, prec, v);
+}
+
+void report_print(const bench_results *r, FILE *f)
+{
+    fprintf(f, "\n# agmm-bench: %s, %s, W=%d ranks\n# %s\n", op_name(r), dtype_name(r), r->nranks, r->world_desc);
+    if (r->opt.check_only)
+        fprintf(f, "# --check: correctness only, nothing timed\n");
+    else
+        fprintf(f, "# time: mean us of %d calls after %d warm-up calls, rank 0's CUDA events%s\n", r->opt.iters,
+                r->opt.warmup, r->opt.flush ? ", L2 flushed before each call" : ", no L2 flush");
+    fprintf(f, "\nBenchmarking results for %s on %dx %s (time_us).\n", op_name(r), r->nranks, r->gpu ? "devices" : "CPU thread-ranks");
+    fprintf(f, "%-22s %-6s", r->opt.op == BENCH_AG_MATMUL ? "shape" : "n", "dtype");
+    for (int b = 0; b < r->nbackends; b++)
+        fprintf(f, " %12s", agmm_backend_name(r->backends[b]));
+    fprintf(f, "  Best Backend\n");
+    for (int i = 0; i < r->nrows; i++) {
+        const bench_row *row = &r->rows[i];
+        char shape[64];
+        shape_str(r, row, shape, sizeof shape);
+        fprintf(f, "%-22s %-6s", shape, dtype_name(r));
+        for (int b = 0; b < r->nbackends; b++) {
+            const bench_cell *c = &row->cell[b];
+            if (timed(r, c))
+                fprintf(f, " %12.1f", c->mean_us);
+            else
+                fprintf(f, " %12s", state_name(c->state));
+        }
+        int best = report_best(r, row);
+        fprintf(f, "  %s\n", best >= 0 ? agmm_backend_name(r->backends[best]) : "-");
+    }
+
+    fprintf(f, "\n%-22s %-10s %10s %10s", r->opt.op == BENCH_AG_MATMUL ? "shape" : "n", "backend", "mean_us", "median_us");
+    if (r->opt.op == BENCH_AG_MATMUL)
+        fprintf(f, " %9s %8s %8s %9s %10s\n", "TFLOP/s", "vs_nccl", "overlap", "err", "gathered_A");
+    else
+        fprintf(f, " %10s %10s %8s %9s\n", "algbw_GB/s", "busbw_GB/s", "vs_nccl", "err");
+    for (int i = 0; i < r->nrows; i++) {
+        const bench_row *row = &r->rows[i];
+        char shape[64];
+        shape_str(r, row, shape, sizeof shape);
+        for (int b = 0; b < r->nbackends; b++) {
+            const bench_cell *c = &row->cell[b];
+            derived d = derive(r, row, b);
+            fprintf(f, "%-22s %-10s", shape, agmm_backend_name(r->backends[b]));
+            if (c->state != CELL_OK) {
+                fprintf(f, " %s: %s\n", state_name(c->state), c->note);
+                continue;
+            }
+            print_num(f, 10, timed(r, c) ? c->mean_us : NAN, 1);
+            print_num(f, 10, timed(r, c) ? c->median_us : NAN, 1);
+            if (r->opt.op == BENCH_AG_MATMUL) {
+                print_num(f, 9, d.tflops, 1);
+                print_num(f, 8, d.speedup, 2);
+                print_num(f, 8, d.overlap, 2);
+                fprintf(f, " %9.2e %10s\n", c->err, c->exact_a ? "exact" : "DIFFERS");
+            } else {
+                print_num(f, 10, d.algbw_gbps, 2);
+                print_num(f, 10, d.busbw_gbps, 2);
+                print_num(f, 8, d.speedup, 2);
+                fprintf(f, " %9.2e\n", c->err);
+            }
+        }
+    }
+    if (r->opt.op == BENCH_AG_MATMUL)
+        fprintf(f, "# overlap = time of the plain GEMM on the gathered shape / time of the backend (1.0: communication hidden)\n");
+}
+
+static void csv_num(FILE *f, double v)
+{
+    if (isnan(v))
+        fputs(",", f);
+    else
+        fprintf(f, ",%.4f", v);
+}
+
+int report_csv(const bench_results *r, const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (f == NULL)
+        return -1;
+    fprintf(f, "op,world,nranks,m,n,k,dtype,backend,state,mean_us,median_us,min_us,max_us,tflops,algbw_gbps,"
+               "busbw_gbps,speedup_vs_nccl,overlap,gemm_us,err,exact_a,best,note\n");
+    for (int i = 0; i < r->nrows; i++) {
+        const bench_row *row = &r->rows[i];
+        int best = report_best(r, row);
+        for (int b = 0; b < r->nbackends; b++) {
+            const bench_cell *c = &row->cell[b];
+            derived d = derive(r, row, b);
+            int t = timed(r, c);
+            fprintf(f, "%s,%s,%d,%lld,%lld,%lld,%s,%s,%s", op_name(r), r->gpu ? "gpu" : "cpu", r->nranks,
+                    (long long)row->m, (long long)row->n, (long long)row->k, dtype_name(r),
+                    agmm_backend_name(r->backends[b]), state_name(c->state));
+            csv_num(f, t ? c->mean_us : NAN);
+            csv_num(f, t ? c->median_us : NAN);
+            csv_num(f, t ? c->min_us : NAN);
+            csv_num(f, t ? c->max_us : NAN);
+            csv_num(f, d.tflops);
+            csv_num(f, d.algbw_gbps);
+            csv_num(f, d.busbw_gbps);
+            csv_num(f, d.speedup);
+            csv_num(f, d.overlap);
+            csv_num(f, row->gemm_us > 0 ? row->gemm_us : NAN);
+            fprintf(f, ",%.3e,%d,%d,\"", c->err, c->exact_a, best == b);
+            for (const char *p = c->note; *p; p++)
+                fputc(*p == '"' ? '\'' : *p, f);
+            fputs("\"\n", f);
+        }
+    }
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+static void json_num(FILE *f, const char *key, double v)
+{
+    if (isnan(v) || isinf(v))
+        fprintf(f, ", \"%s\": null", key);
+    else
+        fprintf(f, ", \"%s\": %.6g", key, v);
+}
+
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            fprintf(f, "\\%c", *s);
+        else if ((unsigned char)*s < 0x20)
+            fprintf(f, "\\u%04x", *s);
+        else
+            fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+int report_json(const bench_results *r, const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (f == NULL)
+        return -1;
+    fprintf(f, "{\"op\": \"%s\", \"dtype\": \"%s\", \"nranks\": %d, \"world\": ", op_name(r), dtype_name(r), r->nranks);
+    json_str(f, r->world_desc);
+    fprintf(f, ", \"warmup\": %d, \"iters\": %d, \"flush\": %s, \"rows\": [", r->opt.warmup, r->opt.iters,
+            r->opt.flush ? "true" : "false");
+    for (int i = 0; i < r->nrows; i++) {
+        const bench_row *row = &r->rows[i];
+        int best = report_best(r, row);
+        fprintf(f, "%s\n  {\"m\": %lld, \"n\": %lld, \"k\": %lld, \"best\": \"%s\"", i ? "," : "", (long long)row->m,
+                (long long)row->n, (long long)row->k, best >= 0 ? agmm_backend_name(r->backends[best]) : "");
+        json_num(f, "gemm_us", row->gemm_us > 0 ? row->gemm_us : NAN);
+        fprintf(f, ", \"backends\": {");
+        for (int b = 0; b < r->nbackends; b++) {
+            const bench_cell *c = &row->cell[b];
+            derived d = derive(r, row, b);
+            int t = timed(r, c);
+            fprintf(f, "%s\"%s\": {\"state\": \"%s\"", b ? ", " : "", agmm_backend_name(r->backends[b]),
+                    state_name(c->state));
+            json_num(f, "mean_us", t ? c->mean_us : NAN);
+            json_num(f, "median_us", t ? c->median_us : NAN);
+            json_num(f, "min_us", t ? c->min_us : NAN);
+            json_num(f, "max_us", t ? c->max_us : NAN);
+            json_num(f, "tflops", d.tflops);
+            json_num(f, "algbw_gbps", d.algbw_gbps);
+            json_num(f, "busbw_gbps", d.busbw_gbps);
+            json_num(f, "speedup_vs_nccl", d.speedup);
+            json_num(f, "overlap", d.overlap);
+            json_num(f, "err", c->state == CELL_OK || c->state == CELL_WRONG ? c->err : NAN);
+            fprintf(f, ", \"exact_a\": %s, \"note\": ", c->exact_a ? "true" : "false");
+            json_str(f, c->note);
+            fputc('}', f);
+        }
+        fprintf(f, "}}");
+    }
+    fprintf(f, "\n]}\n");
+    return fclose(f) == 0 ? 0 : -1;
+}
