@@ -28,6 +28,7 @@ CFLAGS  += -DAGMM_HAVE_CUDA -I$(CUDA_HOME)/include -I$(NCCL_HOME)/include
 NVFLAGS := -std=c++17 -O3 -g -lineinfo -gencode=arch=compute_90a,code=sm_90a \
            -Iinclude -Isrc -I$(NCCL_HOME)/include -DAGMM_HAVE_CUDA \
            -Xcompiler -Wall,-Werror,-Wno-unused-parameter --Werror all-warnings
+LDFLAGS += -Wl,--enable-new-dtags,-rpath,$(CUDA_HOME)/lib64,-rpath,$(NCCL_HOME)/lib
 LDLIBS  += -L$(CUDA_HOME)/lib64 -L$(NCCL_HOME)/lib -lcudart_static -lcublasLt -l:libnccl.so.2 \
            -ldl -lrt -lstdc++
 endif

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# agmm-bench's command line: every bad argument gets a message naming it and exit status 2; a
+# small CPU run prints the table and writes CSV/JSON. Prints PASS/FAIL lines and a summary.
+set -u
+bench=${AGMM_BENCH:-build/agmm-bench}
+passed=0 failed=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+check() { # check <description> <condition-status>
+    if [ "$2" -eq 0 ]; then echo "PASS cli: $1"; passed=$((passed + 1)); else echo "FAIL cli: $1"; failed=$((failed + 1)); fi
+}
+
+# bad <what the message must name> <args...>: exit 2, message on stderr naming the argument.
+bad() {
+    local name=$1; shift
+    "$bench" "$@" >"$tmp/out" 2>"$tmp/err"
+    local rc=$?
+    grep -q -- "$name" "$tmp/err"
+    local named=$?
+    [ $rc -eq 2 ] && [ $named -eq 0 ]
+    check "'$*' -> exit 2 naming $name (got $rc: $(head -c 160 "$tmp/err"))" $?
+}
+
+bad --op --op gemm
+bad K=100 --world cpu --shape 64,64,100
+bad M=0 --world cpu --shape 0,64,64
+bad --shape --world cpu --shape 64,64
+bad --shape --world cpu --shape 64,x,64
+bad --ranks --ranks 0
+bad --ranks --ranks 65
+bad --warmup --warmup -1
+bad --iters --iters 0
+bad bogus --backends nccl,bogus
+bad --world --world moon
+bad --b-layout --b-layout diagonal
+bad --dtype --op all_reduce --dtype int8
+bad --timeout --timeout 0
+bad --frobnicate --frobnicate
+bad --csv --csv
+bad --sizes --sizes 10
+bad --shape --op all_reduce --shape 8,8,8
+bad --sizes --op all_reduce --sizes 0
+bad --splits --splits 0
+bad --shapes --shapes 512:256:128
+bad "multiple of 8" --world cpu --b-layout row --shape 8,12,8
+
+"$bench" --help >"$tmp/out" 2>&1
+rc=$?
+grep -q -- "--shape M,N,K" "$tmp/out"
+check "--help exits 0 and lists the options (got $rc)" $(( rc != 0 || $? != 0 ))
+
+"$bench" --world cpu --ranks 3 --shape 40,24,16 --shape 64,72,32 --warmup 1 --iters 2 \
+    --csv "$tmp/r.csv" --json "$tmp/r.json" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+check "CPU ag_matmul run exits 0 (got $rc; $(tail -c 200 "$tmp/err"))" $rc
+grep -q "running on the CPU" "$tmp/out"; check "CPU run prints the CPU banner" $?
+grep -q "Best Backend" "$tmp/out"; check "CPU run prints the seed table header" $?
+grep -q "(64, 72, 32)" "$tmp/out"; check "CPU run prints every shape" $?
+[ "$(grep -c '^ag_matmul,cpu,3,' "$tmp/r.csv")" -eq 6 ]; check "CSV has one line per shape and backend (6)" $?
+grep -q '"rows": \[' "$tmp/r.json"; check "JSON written" $?
+
+"$bench" --world cpu --op all_reduce --ranks 5 --sizes 1,7,4093 --dtype fp32 --warmup 0 --iters 1 \
+    >"$tmp/out" 2>"$tmp/err"
+rc=$?
+check "CPU all_reduce run exits 0 (got $rc; $(tail -c 200 "$tmp/err"))" $rc
+grep -q "busbw" "$tmp/out"; check "all_reduce table has busbw" $?
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
