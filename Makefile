@@ -33,13 +33,14 @@ LDLIBS  += -L$(CUDA_HOME)/lib64 -L$(NCCL_HOME)/lib -lcudart_static -lcublasLt -l
            -ldl -lrt -lstdc++
 endif
 
-# Sources by layer (design.md §3). *_gpu.c and .cu files are built only with CUDA.
-LIB_C   := $(wildcard src/core/*.c src/cpu/*.c src/world/*.c src/symm/*.c src/ops/*.c)
-GPU_C   := $(filter %_gpu.c %_nccl.c,$(LIB_C))
+# Sources by layer (design.md §3). What the CPU world needs builds everywhere; the rest of src
+# (GPU backends, GPU world and heap, kernels) only with CUDA.
+CPU_C   := $(wildcard src/core/*.c src/cpu/*.c) src/world/world.c src/symm/symm.c src/ops/plan.c src/ops/registry.c
 ifeq ($(CUDA),1)
+LIB_C   := $(CPU_C) $(filter-out $(CPU_C),$(wildcard src/world/*.c src/symm/*.c src/ops/*.c))
 LIB_CU  := $(wildcard src/kernels/*.cu src/symm/*.cu)
 else
-LIB_C   := $(filter-out $(GPU_C),$(LIB_C))
+LIB_C   := $(CPU_C)
 LIB_CU  :=
 endif
 LIB_OBJ := $(LIB_C:%.c=$(BUILD)/%.o) $(LIB_CU:%.cu=$(BUILD)/%.o)

@@ -94,8 +94,9 @@ void report_print(const bench_results *r, FILE *f)
     if (r->opt.check_only)
         fprintf(f, "# --check: correctness only, nothing timed\n");
     else
-        fprintf(f, "# time: mean us of %d calls after %d warm-up calls, rank 0's CUDA events%s\n", r->opt.iters,
-                r->opt.warmup, r->opt.flush ? ", L2 flushed before each call" : ", no L2 flush");
+        fprintf(f, "# time: mean us of %d calls after %d warm-up calls, %s%s\n", r->opt.iters, r->opt.warmup,
+                r->gpu ? "rank 0's CUDA events" : "rank 0's wall clock",
+                !r->opt.flush ? ", no cache flush" : r->gpu ? ", L2 flushed before each call" : ", 64 MB written before each call");
     fprintf(f, "\nBenchmarking results for %s on %dx %s (time_us).\n", op_name(r), r->nranks, r->gpu ? "devices" : "CPU thread-ranks");
     fprintf(f, "%-22s %-6s", r->opt.op == BENCH_AG_MATMUL ? "shape" : "n", "dtype");
     for (int b = 0; b < r->nbackends; b++)
@@ -137,7 +138,7 @@ void report_print(const bench_results *r, FILE *f)
             print_num(f, 10, timed(r, c) ? c->mean_us : NAN, 1);
             print_num(f, 10, timed(r, c) ? c->median_us : NAN, 1);
             if (r->opt.op == BENCH_AG_MATMUL) {
-                print_num(f, 9, d.tflops, 1);
+                print_num(f, 9, d.tflops, d.tflops < 10 ? 3 : 1);
                 print_num(f, 8, d.speedup, 2);
                 print_num(f, 8, d.overlap, 2);
                 fprintf(f, " %9.2e %10s\n", c->err, c->exact_a ? "exact" : "DIFFERS");

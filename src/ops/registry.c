@@ -15,8 +15,12 @@ extern const agmm_backend_ops agmm_cpu_all_reduce_two_shot_ops;
 #ifdef AGMM_HAVE_CUDA
 /* GPUs (src/ops). */
 extern const agmm_backend_ops agmm_gpu_ag_matmul_nccl_ops;
+extern const agmm_backend_ops agmm_gpu_ag_matmul_ce_ops;
+extern const agmm_backend_ops agmm_gpu_ag_matmul_fused_ops;
 extern const agmm_backend_ops agmm_gpu_all_reduce_nccl_ops;
 extern const agmm_backend_ops agmm_gpu_all_reduce_nccl_plain_ops;
+extern const agmm_backend_ops agmm_gpu_all_reduce_one_shot_ops;
+extern const agmm_backend_ops agmm_gpu_all_reduce_two_shot_ops;
 #endif
 
 static const agmm_backend_ops *const all_backends[] = {
@@ -28,8 +32,12 @@ static const agmm_backend_ops *const all_backends[] = {
     &agmm_cpu_all_reduce_two_shot_ops,
 #ifdef AGMM_HAVE_CUDA
     &agmm_gpu_ag_matmul_nccl_ops,
+    &agmm_gpu_ag_matmul_ce_ops,
+    &agmm_gpu_ag_matmul_fused_ops,
     &agmm_gpu_all_reduce_nccl_ops,
     &agmm_gpu_all_reduce_nccl_plain_ops,
+    &agmm_gpu_all_reduce_one_shot_ops,
+    &agmm_gpu_all_reduce_two_shot_ops,
 #endif
 };
 

@@ -75,8 +75,10 @@ agmm_status agmm_world_create(agmm_world **out, const agmm_world_config *config,
         st = agmm_world_gpu_create(w, &cfg, &err);
         if (st != AGMM_SUCCESS && cfg.kind == AGMM_WORLD_AUTO) {
             /* AUTO falls back to the CPU world; the banner says why. */
+            /* The banner gives the reason without the file:line prefix of the record. */
             char why[AGMM_ERROR_LEN];
-            snprintf(why, sizeof why, "%s", err.msg);
+            const char *reason = strstr(err.msg, ": ");
+            snprintf(why, sizeof why, "%s", reason ? reason + 2 : err.msg);
             agmm_error_clear(&err);
             st = AGMM_SUCCESS;
             w->kind = AGMM_WORLD_CPU;
