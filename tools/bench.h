@@ -47,7 +47,8 @@ typedef struct {
 
 typedef struct {
     int64_t m, n, k;             /* ag_matmul shape; all_reduce: n only */
-    double gemm_us;              /* plain GEMM on the gathered shape (0: not measured) */
+    double gemm_us;              /* plain GEMM on the gathered shape, cuBLASLt/CPU (<= 0: not measured) */
+    double engine_us;            /* the same with agmm's GEMM engine (<= 0: not measured) */
     bench_cell cell[BENCH_MAX_BACKENDS];
 } bench_row;
 

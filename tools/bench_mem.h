@@ -35,9 +35,11 @@ int bench_sync(bench_dev *dev);
 int bench_timer_start(bench_dev *dev, int i);
 int bench_timer_stop(bench_dev *dev, int i);
 int bench_timer_collect(bench_dev *dev, int count, double *us);
-/* Plain GEMM on the gathered shape with this world's GEMM (cuBLASLt on GPUs, the CPU GEMM on the
- * CPU): median microseconds over `iters` calls after `warmup`, or < 0 if unavailable. */
-double bench_time_plain_gemm(bench_dev *dev, agmm_ctx *ctx, int64_t rows, int64_t n, int64_t k,
-                             agmm_layout b_layout, int warmup, int iters);
+/* Plain GEMM on the gathered shape (tools/bench_gemm.c): *lib_us with the world's reference GEMM
+ * (cuBLASLt on GPUs, the CPU GEMM on the CPU), *engine_us with agmm's GEMM engine (GPUs only):
+ * median microseconds over `iters` calls after `warmup`, the L2 flushed before each; < 0 where
+ * unavailable. */
+void bench_time_plain_gemm(bench_dev *dev, agmm_ctx *ctx, int64_t rows, int64_t n, int64_t k, agmm_layout b_layout,
+                           int warmup, int iters, double *lib_us, double *engine_us);
 
 #endif

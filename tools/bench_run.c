@@ -340,10 +340,13 @@ agmm_status bench_rank_main(agmm_ctx *ctx, void *arg)
     }
     cell_job j = {ctx, res, &dev, agmm_ctx_rank(ctx), res->nranks, 0, 0};
     for (j.row = 0; j.row < res->nrows; j.row++) {
-        if (res->opt.op == BENCH_AG_MATMUL && res->opt.check_only == 0 && j.rank == 0) {
+        if (res->opt.op == BENCH_AG_MATMUL && res->opt.check_only == 0) {
             bench_row *row = &res->rows[j.row];
-            row->gemm_us = bench_time_plain_gemm(&dev, ctx, (int64_t)res->nranks * row->m, row->n, row->k,
-                                                 res->opt.b_layout, res->opt.warmup, res->opt.iters);
+            if (j.rank == 0)
+                bench_time_plain_gemm(&dev, ctx, (int64_t)res->nranks * row->m, row->n, row->k, res->opt.b_layout,
+                                      res->opt.warmup, res->opt.iters, &row->gemm_us, &row->engine_us);
+            /* The others wait here, not inside a plan's bounded rendezvous. */
+            bench_sync_barrier(res);
         }
         for (j.bi = 0; j.bi < res->nbackends; j.bi++) {
             dev.err[0] = '\0';

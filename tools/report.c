@@ -54,13 +54,13 @@ static void shape_str(const bench_results *r, const bench_row *row, char *buf, s
 }
 
 typedef struct {
-    double tflops, algbw_gbps, busbw_gbps, speedup, overlap;
+    double tflops, algbw_gbps, busbw_gbps, speedup, overlap, vs_engine;
 } derived;
 
 /* Throughput and ratios of one cell; NAN where they do not apply. */
 static derived derive(const bench_results *r, const bench_row *row, int b)
 {
-    derived d = {NAN, NAN, NAN, NAN, NAN};
+    derived d = {NAN, NAN, NAN, NAN, NAN, NAN};
     const bench_cell *c = &row->cell[b];
     if (!timed(r, c) || c->mean_us <= 0)
         return d;
@@ -69,6 +69,8 @@ static derived derive(const bench_results *r, const bench_row *row, int b)
         d.tflops = 2.0 * r->nranks * (double)row->m * (double)row->n * (double)row->k / t_s * 1e-12;
         if (row->gemm_us > 0)
             d.overlap = row->gemm_us / c->mean_us;
+        if (row->engine_us > 0)
+            d.vs_engine = c->mean_us / row->engine_us;
     } else {
         double bytes = (double)row->n * (r->opt.dtype == AGMM_DTYPE_F32 ? 4 : 2);
         d.algbw_gbps = bytes / t_s * 1e-9;
@@ -120,7 +122,7 @@ void report_print(const bench_results *r, FILE *f)
 
     fprintf(f, "\n%-22s %-10s %10s %10s", r->opt.op == BENCH_AG_MATMUL ? "shape" : "n", "backend", "mean_us", "median_us");
     if (r->opt.op == BENCH_AG_MATMUL)
-        fprintf(f, " %9s %8s %8s %9s %10s\n", "TFLOP/s", "vs_nccl", "overlap", "err", "gathered_A");
+        fprintf(f, " %9s %8s %8s %9s %9s %10s\n", "TFLOP/s", "vs_nccl", "overlap", "t/engine", "err", "gathered_A");
     else
         fprintf(f, " %10s %10s %8s %9s\n", "algbw_GB/s", "busbw_GB/s", "vs_nccl", "err");
     for (int i = 0; i < r->nrows; i++) {
@@ -141,6 +143,7 @@ void report_print(const bench_results *r, FILE *f)
                 print_num(f, 9, d.tflops, d.tflops < 10 ? 3 : 1);
                 print_num(f, 8, d.speedup, 2);
                 print_num(f, 8, d.overlap, 2);
+                print_num(f, 9, d.vs_engine, 3);
                 fprintf(f, " %9.2e %10s\n", c->err, c->exact_a ? "exact" : "DIFFERS");
             } else {
                 print_num(f, 10, d.algbw_gbps, 2);
@@ -151,7 +154,9 @@ void report_print(const bench_results *r, FILE *f)
         }
     }
     if (r->opt.op == BENCH_AG_MATMUL)
-        fprintf(f, "# overlap = time of the plain GEMM on the gathered shape / time of the backend (1.0: communication hidden)\n");
+        fprintf(f, "# overlap = time of the plain GEMM (%s) on the gathered shape / time of the backend (1.0: communication\n"
+                   "#   hidden); t/engine = time of the backend / time of agmm's GEMM engine alone on that shape\n",
+                r->gpu ? "cuBLASLt" : "the CPU GEMM");
 }
 
 static void csv_num(FILE *f, double v)
@@ -168,7 +173,7 @@ int report_csv(const bench_results *r, const char *path)
     if (f == NULL)
         return -1;
     fprintf(f, "op,world,nranks,m,n,k,dtype,backend,state,mean_us,median_us,min_us,max_us,tflops,algbw_gbps,"
-               "busbw_gbps,speedup_vs_nccl,overlap,gemm_us,err,exact_a,best,note\n");
+               "busbw_gbps,speedup_vs_nccl,overlap,gemm_us,engine_us,err,exact_a,best,note\n");
     for (int i = 0; i < r->nrows; i++) {
         const bench_row *row = &r->rows[i];
         int best = report_best(r, row);
@@ -189,6 +194,7 @@ int report_csv(const bench_results *r, const char *path)
             csv_num(f, d.speedup);
             csv_num(f, d.overlap);
             csv_num(f, row->gemm_us > 0 ? row->gemm_us : NAN);
+            csv_num(f, row->engine_us > 0 ? row->engine_us : NAN);
             fprintf(f, ",%.3e,%d,%d,\"", c->err, c->exact_a, best == b);
             for (const char *p = c->note; *p; p++)
                 fputc(*p == '"' ? '\'' : *p, f);
@@ -235,6 +241,7 @@ int report_json(const bench_results *r, const char *path)
         fprintf(f, "%s\n  {\"m\": %lld, \"n\": %lld, \"k\": %lld, \"best\": \"%s\"", i ? "," : "", (long long)row->m,
                 (long long)row->n, (long long)row->k, best >= 0 ? agmm_backend_name(r->backends[best]) : "");
         json_num(f, "gemm_us", row->gemm_us > 0 ? row->gemm_us : NAN);
+        json_num(f, "engine_us", row->engine_us > 0 ? row->engine_us : NAN);
         fprintf(f, ", \"backends\": {");
         for (int b = 0; b < r->nbackends; b++) {
             const bench_cell *c = &row->cell[b];
