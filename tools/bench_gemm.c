@@ -59,6 +59,7 @@ typedef struct {
 static int cpu_gemm(void *p)
 {
     gemm_job *g = p;
+    agmm_cpu_gemm_ws_forget_b(&g->ws); /* convert B every call, as the backends do */
     agmm_cpu_gemm_bf16(&g->ws, g->a, g->k, g->rows, g->b, g->layout, g->n, 0, g->n, g->c, g->n);
     return 0;
 }

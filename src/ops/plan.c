@@ -135,6 +135,7 @@ agmm_status agmm_plan_run(agmm_plan *p, const agmm_io *io, void *stream)
     if (p == NULL)
         return AGMM_ERR_INVALID_ARG;
     agmm_ctx *ctx = p->ctx;
+    agmm_error_clear(&ctx->err); /* agmm_last_error describes this call, not an older one */
     if (io == NULL)
         return AGMM_FAIL(&ctx->err, AGMM_ERR_INVALID_ARG, "io is NULL");
     if (p->op == AGMM_OP_AG_MATMUL && (io->b == NULL || io->a_gathered == NULL || io->c == NULL))

@@ -62,7 +62,12 @@ agmm_status agmm_world_create(agmm_world **out, const agmm_world_config *config,
     w->timeout_s = cfg.timeout_s > 0 ? cfg.timeout_s : 5.0;
     w->log_level = agmm_log_level_from_env();
     pthread_mutex_init(&w->mu, NULL);
-    pthread_cond_init(&w->cv, NULL);
+    /* Deadlines on the monotonic clock: a wall-clock jump must not stretch or cut a timeout. */
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->cv, &ca);
+    pthread_condattr_destroy(&ca);
 
     if (cfg.kind == AGMM_WORLD_CPU) {
         w->kind = AGMM_WORLD_CPU;
@@ -136,7 +141,7 @@ static agmm_status rendezvous_locked(agmm_ctx *ctx)
         return AGMM_SUCCESS;
     }
     struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
     double whole = (double)(long)w->timeout_s;
     deadline.tv_sec += (time_t)whole;
     deadline.tv_nsec += (long)((w->timeout_s - whole) * 1e9);
@@ -226,6 +231,7 @@ const char *agmm_last_error(const agmm_ctx *ctx) { return ctx ? ctx->err.msg : "
 
 agmm_status agmm_ctx_sync(agmm_ctx *ctx)
 {
+    agmm_error_clear(&ctx->err);
     if (ctx->world->kind == AGMM_WORLD_CPU)
         return AGMM_SUCCESS;
     return agmm_ctx_gpu_sync(ctx);

@@ -1,0 +1,40 @@
+/* The CPU test cases, one group per file; tests/test_main.c lists them. */
+#ifndef AGMM_TESTS_CPU_TESTS_H
+#define AGMM_TESTS_CPU_TESTS_H
+
+#include <stdint.h>
+
+#include "agmm.h"
+
+/* test_schedule.c: the tile schedule of core/schedule.h. */
+void test_schedule_edges(void);
+void test_schedule_random(void);
+
+/* test_validate.c: argument checks and their messages. */
+void test_validate_ag_matmul(void);
+void test_validate_all_reduce(void);
+void test_validate_plan_api(void);
+
+/* test_cpu_backends.c: every CPU backend against the fp64 reference. */
+void test_cpu_reference(void);
+void test_cpu_ag_matmul_exact(void);
+void test_cpu_ag_matmul_random(void);
+void test_cpu_all_reduce(void);
+void test_cpu_auto_backend(void);
+
+/* test_cpu_protocols.c: per-chunk waits of the fused GEMM, timeouts. */
+void test_cpu_fused_waits(void);
+void test_cpu_timeout_missing_rank(void);
+void test_cpu_timeout_chunk(void);
+
+/* Helpers of the CPU tests (test_cpu_backends.c). */
+/* A CPU world of nranks ranks (timeout_s 0: the default), or NULL after a FAIL line. */
+agmm_world *test_cpu_world(int nranks, double timeout_s);
+/* A seed for the data of (base, rank, run, what), the same on every rank that asks. */
+uint64_t test_seed_of(uint64_t base, int rank, int run, int what);
+/* bf16 data: small integers in -exact_range..exact_range, or uniform in [-1, 1) if 0. */
+void test_fill_bf16(uint16_t *x, int64_t count, uint64_t seed, int exact_range);
+/* Writes AGMM_POISON_BF16 over count elements. */
+void test_poison_bf16(uint16_t *x, int64_t count);
+
+#endif

@@ -1,0 +1,25 @@
+/* The CPU test binary: every case of the CPU test files. `agmm-test [FILTER]` runs the cases
+ * whose name contains FILTER; the last line is "N passed, N failed, N skipped". */
+#include "cpu_tests.h"
+#include "harness.h"
+
+static const agmm_test_case cases[] = {
+    {"schedule/edges", test_schedule_edges},
+    {"schedule/random", test_schedule_random},
+    {"validate/ag_matmul", test_validate_ag_matmul},
+    {"validate/all_reduce", test_validate_all_reduce},
+    {"validate/plan_api", test_validate_plan_api},
+    {"cpu/reference", test_cpu_reference},
+    {"cpu/ag_matmul/exact", test_cpu_ag_matmul_exact},
+    {"cpu/ag_matmul/random", test_cpu_ag_matmul_random},
+    {"cpu/all_reduce", test_cpu_all_reduce},
+    {"cpu/auto", test_cpu_auto_backend},
+    {"cpu/fused/waits", test_cpu_fused_waits},
+    {"cpu/timeout/missing_rank", test_cpu_timeout_missing_rank},
+    {"cpu/timeout/chunk", test_cpu_timeout_chunk},
+};
+
+int main(int argc, char **argv)
+{
+    return agmm_test_main(cases, (int)(sizeof cases / sizeof cases[0]), argc > 1 ? argv[1] : NULL);
+}

@@ -1,0 +1,247 @@
+/* The tile schedule (src/core/schedule.h): the properties the fused kernels rely on, over every
+ * small case and thousands of random ones.
+ *   cover    every output element belongs to exactly one tile (checked per column tile as a
+ *            partition of the rows [0, W*M), not with a dense array)
+ *   chunk    a tile lies inside its chunk's rows; rows and cols are clipped to the chunk and to N
+ *            and are full (bm, bn) everywhere else; chunk = src_rank * splits + split;
+ *            shard_row0 = row0 - src_rank * M
+ *   local    the local tiles are exactly positions [0, tiles_per_rank), with src_rank == rank
+ *   order    chunks are visited in rotated order (rank, rank+1, ...; splits in order) and
+ *            agmm_sched_first_tile_of(src) is where src's tiles start
+ *   group    inside a chunk, tiles go group_m row tiles at a time, column-major in the group */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/numeric.h"
+#include "core/schedule.h"
+#include "cpu_tests.h"
+#include "harness.h"
+
+enum { P_COVER, P_CHUNK, P_LOCAL, P_ORDER, P_GROUP, NPROPS };
+static const char *const prop_what[NPROPS] = {
+    "every output element in exactly one tile",
+    "tiles inside their chunk, clipped rows/cols, chunk id and shard_row0 right",
+    "local tiles are exactly the first tiles_per_rank, with src_rank == rank",
+    "chunks in rotated order (rank, rank+1, ...), agmm_sched_first_tile_of right",
+    "tiles grouped group_m row tiles at a time, column-major inside a group",
+};
+
+typedef struct {
+    int64_t cases, tiles;
+    int64_t failures[NPROPS];
+    char first[NPROPS][320];
+} tally;
+
+static void fail(tally *t, int prop, const agmm_sched *s, const char *fmt, ...)
+{
+    if (t->failures[prop]++ > 0)
+        return;
+    char detail[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    snprintf(t->first[prop], sizeof t->first[prop], " (first: W=%d rank=%d M=%lld N=%lld bm=%d bn=%d splits=%d group_m=%d: %s)",
+             s->nranks, s->rank, (long long)s->m, (long long)s->n, s->bm, s->bn, s->splits, s->group_m, detail);
+}
+
+typedef struct {
+    int64_t col_tile, row0, rows;
+} span;
+
+static int span_cmp(const void *x, const void *y)
+{
+    const span *a = x, *b = y;
+    if (a->col_tile != b->col_tile)
+        return a->col_tile < b->col_tile ? -1 : 1;
+    return a->row0 < b->row0 ? -1 : a->row0 > b->row0;
+}
+
+/* Checks one schedule; spans has room for every tile. */
+static void check_sched(tally *t, agmm_sched s, span *spans)
+{
+    agmm_sched_init(&s);
+    int64_t ntiles = agmm_sched_num_tiles(&s);
+    int64_t total_rows = (int64_t)s.nranks * s.m;
+    t->cases++;
+    t->tiles += ntiles;
+
+    int64_t prev_pos = -1, prev_row_tile = -1, prev_col_tile = -1, prev_group = -1;
+    int prev_chunk = -1;
+    for (int64_t i = 0; i < ntiles; i++) {
+        agmm_tile tl;
+        agmm_sched_tile(&s, i, &tl);
+        int src = tl.chunk / s.splits, split = tl.chunk % s.splits;
+        int64_t c_row0, c_rows;
+        agmm_sched_chunk_rows(&s, split, &c_row0, &c_rows);
+        int64_t in_chunk = tl.shard_row0 - c_row0;
+
+        /* chunk */
+        if (tl.chunk < 0 || tl.chunk >= s.nranks * s.splits || src != tl.src_rank)
+            fail(t, P_CHUNK, &s, "tile %lld: chunk %d, src_rank %d", (long long)i, tl.chunk, tl.src_rank);
+        else if (tl.row0 != (int64_t)src * s.m + tl.shard_row0)
+            fail(t, P_CHUNK, &s, "tile %lld: row0 %lld != src*M + shard_row0 %lld", (long long)i, (long long)tl.row0,
+                 (long long)tl.shard_row0);
+        else if (in_chunk < 0 || in_chunk % s.bm != 0 || tl.rows < 1 || in_chunk + tl.rows > c_rows)
+            fail(t, P_CHUNK, &s, "tile %lld: rows [%lld, +%d) outside chunk %d rows [%lld, +%lld)", (long long)i,
+                 (long long)tl.shard_row0, tl.rows, tl.chunk, (long long)c_row0, (long long)c_rows);
+        else if (tl.rows != (c_rows - in_chunk < s.bm ? c_rows - in_chunk : s.bm))
+            fail(t, P_CHUNK, &s, "tile %lld: rows %d not clipped to min(bm, chunk end)", (long long)i, tl.rows);
+        else if (tl.col0 < 0 || tl.col0 % s.bn != 0 || tl.col0 >= s.n ||
+                 tl.cols != (s.n - tl.col0 < s.bn ? s.n - tl.col0 : s.bn))
+            fail(t, P_CHUNK, &s, "tile %lld: col0 %lld cols %d", (long long)i, (long long)tl.col0, tl.cols);
+
+        /* local */
+        int want_local = i < s.tiles_per_rank;
+        if (tl.local != want_local || (want_local && tl.src_rank != s.rank) || (tl.local != (tl.src_rank == s.rank)))
+            fail(t, P_LOCAL, &s, "tile %lld: local=%d src_rank=%d (tiles_per_rank %lld)", (long long)i, tl.local,
+                 tl.src_rank, (long long)s.tiles_per_rank);
+
+        /* order: position of the chunk in the rotated sequence never decreases; the block of
+         * tile i is rank + i / tiles_per_rank. */
+        int64_t pos = (int64_t)((src - s.rank + s.nranks) % s.nranks) * s.splits + split;
+        if (pos < prev_pos)
+            fail(t, P_ORDER, &s, "tile %lld: chunk %d (position %lld) after position %lld", (long long)i, tl.chunk,
+                 (long long)pos, (long long)prev_pos);
+        if (src != (s.rank + (int)(i / s.tiles_per_rank)) % s.nranks)
+            fail(t, P_ORDER, &s, "tile %lld: src_rank %d, block %lld", (long long)i, src, (long long)(i / s.tiles_per_rank));
+        if (pos != prev_pos && split == 0 && agmm_sched_first_tile_of(&s, src) != i)
+            fail(t, P_ORDER, &s, "first_tile_of(%d) = %lld, first tile of it at %lld", src,
+                 (long long)agmm_sched_first_tile_of(&s, src), (long long)i);
+
+        /* group: (group, col_tile, row_tile) increases lexicographically inside a chunk. */
+        int64_t row_tile = in_chunk / s.bm, col_tile = tl.col0 / s.bn, group = row_tile / s.group_m;
+        if (tl.chunk == prev_chunk) {
+            int ok = group > prev_group ||
+                     (group == prev_group && (col_tile > prev_col_tile ||
+                                              (col_tile == prev_col_tile && row_tile > prev_row_tile)));
+            if (!ok)
+                fail(t, P_GROUP, &s, "tile %lld: (group %lld, col tile %lld, row tile %lld) after (%lld, %lld, %lld)",
+                     (long long)i, (long long)group, (long long)col_tile, (long long)row_tile, (long long)prev_group,
+                     (long long)prev_col_tile, (long long)prev_row_tile);
+        }
+        prev_chunk = tl.chunk;
+        prev_pos = pos;
+        prev_group = group;
+        prev_row_tile = row_tile;
+        prev_col_tile = col_tile;
+        spans[i] = (span){col_tile, tl.row0, tl.rows};
+    }
+
+    /* cover: per column tile, the row spans partition [0, W*M). */
+    qsort(spans, (size_t)ntiles, sizeof *spans, span_cmp);
+    int64_t expect_col = 0, next_row = 0;
+    for (int64_t i = 0; i < ntiles; i++) {
+        if (spans[i].col_tile != expect_col) {
+            if (next_row != total_rows || spans[i].col_tile != expect_col + 1) {
+                fail(t, P_COVER, &s, "column tile %lld covers rows up to %lld of %lld", (long long)expect_col,
+                     (long long)next_row, (long long)total_rows);
+                return;
+            }
+            expect_col++;
+            next_row = 0;
+        }
+        if (spans[i].row0 != next_row) {
+            fail(t, P_COVER, &s, "column tile %lld: rows %lld.. %s", (long long)expect_col, (long long)next_row,
+                 spans[i].row0 > next_row ? "never covered" : "covered twice");
+            return;
+        }
+        next_row += spans[i].rows;
+    }
+    if (next_row != total_rows || expect_col != s.col_tiles - 1)
+        fail(t, P_COVER, &s, "ended at column tile %lld row %lld (want %lld, %lld)", (long long)expect_col,
+             (long long)next_row, (long long)(s.col_tiles - 1), (long long)total_rows);
+}
+
+static void report(const tally *t, const char *what)
+{
+    for (int p = 0; p < NPROPS; p++)
+        agmm_check(t->failures[p] == 0, "schedule %s: %s: %lld cases, %lld tiles, %lld failures%s", what, prop_what[p],
+                   (long long)t->cases, (long long)t->tiles, (long long)t->failures[p], t->first[p]);
+}
+
+void test_schedule_edges(void)
+{
+    /* Two cases worked by hand. */
+    agmm_sched one = {.m = 1, .n = 1, .nranks = 1, .rank = 0, .splits = 1, .bm = 16, .bn = 16, .group_m = 1};
+    agmm_sched_init(&one);
+    agmm_tile t0;
+    agmm_sched_tile(&one, 0, &t0);
+    agmm_check(agmm_sched_num_tiles(&one) == 1 && t0.row0 == 0 && t0.rows == 1 && t0.cols == 1 && t0.local &&
+                   t0.chunk == 0,
+               "schedule W=1 M=1 N=1: one local tile of 1 x 1 in chunk 0");
+
+    /* W=2, rank 1, M=10 in 3 chunks of rows [0,3) [3,6) [6,10), bm=2, N=5, bn=4: 2 + 2 + 2 row
+     * tiles by 2 column tiles per rank block; rank 1's block first; its chunk 0 (id 3) has row
+     * tiles at shard rows 0 and 2 (the second 1 row tall); rank 0's block starts at tile 12. */
+    agmm_sched s = {.m = 10, .n = 5, .nranks = 2, .rank = 1, .splits = 3, .bm = 2, .bn = 4, .group_m = 1};
+    agmm_sched_init(&s);
+    agmm_tile a, b, c, d;
+    agmm_sched_tile(&s, 0, &a);
+    agmm_sched_tile(&s, 1, &b);
+    agmm_sched_tile(&s, 2, &c);
+    agmm_sched_tile(&s, s.tiles_per_rank, &d);
+    agmm_check(s.col_tiles == 2 && s.tiles_per_rank == 6 * 2 && a.row0 == 10 && a.rows == 2 && a.cols == 4 &&
+                   a.chunk == 3 && a.local && b.row0 == 10 && b.col0 == 4 && b.cols == 1 && c.row0 == 12 &&
+                   c.rows == 1 && c.shard_row0 == 2 && d.row0 == 0 && d.chunk == 0 && !d.local &&
+                   agmm_sched_first_tile_of(&s, 0) == 12 && agmm_sched_first_tile_of(&s, 1) == 0,
+               "schedule W=2 rank=1 M=10 splits=3 bm=2 N=5 bn=4: hand-worked tiles 0, 1, 2, 12 and first_tile_of");
+
+    /* Every small case. */
+    static const int bms[] = {1, 2, 3, 16};
+    static const int bns[] = {1, 4, 16};
+    static const int ns[] = {1, 5, 17};
+    tally t = {0};
+    span *spans = malloc(sizeof *spans * 4 * 12 * 17);
+    for (int w = 1; w <= 4; w++)
+        for (int r = 0; r < w; r++)
+            for (int m = 1; m <= 12; m++)
+                for (int ni = 0; ni < 3; ni++)
+                    for (int bi = 0; bi < 4; bi++)
+                        for (int bj = 0; bj < 3; bj++)
+                            for (int sp = 1; sp <= (m < 4 ? m : 4); sp++)
+                                for (int g = 1; g <= 3; g++)
+                                    check_sched(&t, (agmm_sched){.m = m, .n = ns[ni], .nranks = w, .rank = r,
+                                                                .splits = sp, .bm = bms[bi], .bn = bns[bj],
+                                                                .group_m = g},
+                                                spans);
+    free(spans);
+    report(&t, "exhaustive W<=4 M<=12");
+}
+
+void test_schedule_random(void)
+{
+    enum { CASES = 2000, MAX_TILES = 16384 };
+    static const int sizes[] = {16, 64, 128, 256};
+    uint64_t rng = 0x5c4ed01e;
+    tally t = {0};
+    span *spans = malloc(sizeof *spans * MAX_TILES);
+    for (int i = 0; i < CASES; i++) {
+        agmm_sched s = {0};
+        s.nranks = 1 + (int)(agmm_rng_next(&rng) % 8);
+        s.rank = (int)(agmm_rng_next(&rng) % (uint64_t)s.nranks);
+        s.m = 1 + (int64_t)(agmm_rng_next(&rng) % 5000);
+        s.n = 1 + (int64_t)(agmm_rng_next(&rng) % 3000);
+        s.bm = sizes[agmm_rng_next(&rng) % 4];
+        s.bn = sizes[agmm_rng_next(&rng) % 4];
+        int max_splits = s.m < 16 ? (int)s.m : 16;
+        s.splits = 1 + (int)(agmm_rng_next(&rng) % (uint64_t)max_splits);
+        s.group_m = 1 + (int)(agmm_rng_next(&rng) % 16);
+        /* Moderate sizes: halve N until the tiles fit the span buffer. */
+        for (;;) {
+            agmm_sched probe = s;
+            agmm_sched_init(&probe);
+            if (agmm_sched_num_tiles(&probe) <= MAX_TILES || s.n == 1)
+                break;
+            s.n = (s.n + 1) / 2;
+        }
+        agmm_sched probe = s;
+        agmm_sched_init(&probe);
+        if (agmm_sched_num_tiles(&probe) > MAX_TILES)
+            continue;
+        check_sched(&t, s, spans);
+    }
+    free(spans);
+    report(&t, "random W 1..8 M 1..5000 N 1..3000 bm,bn in {16,64,128,256} splits 1..16 group_m 1..16");
+}
