@@ -83,3 +83,4 @@ clean:
 	rm -rf build build-*
 
 -include $(LIB_OBJ:.o=.d) $(wildcard $(BUILD)/tests/*.d $(BUILD)/tools/*.d $(BUILD)/tests/gpu/*.d)
+include bench/lab.mk

@@ -1,0 +1,12 @@
+# The GEMM kernel lab (bench/gemm_lab.cu): the engine against cuBLASLt, per shape.
+#   make gemm-lab && $(BUILD)/gemm-lab --w 8
+# Included from the Makefile; uses its $(BUILD), $(NVCC), $(NVFLAGS), $(LDLIBS) and %.cu rule.
+ifeq ($(CUDA),1)
+.PHONY: gemm-lab
+gemm-lab: $(BUILD)/gemm-lab
+
+$(BUILD)/gemm-lab: $(BUILD)/bench/gemm_lab.o $(BUILD)/libagmm.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+-include $(BUILD)/bench/gemm_lab.d
+endif

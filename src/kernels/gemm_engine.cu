@@ -1,0 +1,920 @@
+/* The GEMM engine (gemm_engine.h): a persistent, warp-specialised bf16 GEMM for sm_90a.
+ *
+ * Launch: grid = min(tiles, SM budget) persistent CTAs (even, in clusters of 2 for the /c2
+ * configs); block = 384 threads = 3 warpgroups; dynamic smem = STAGES * (A tile 128x64 +
+ * B tile BNx64) bf16 + 2*STAGES mbarriers + 8 consumer warps' epilogue staging (16 rows x
+ * 144 B each) + 1 KB for alignment (211 KB in every config of the table). One CTA per SM.
+ * CTA b takes tiles idx = b, b + grid, ... of core/schedule.h.
+ *
+ * Roles (one if/else on the warpgroup index, so setmaxnreg applies):
+ *   warpgroup 0, "producer" (56 registers): thread 0 walks the CTA's tiles and, per 64-wide K
+ *     block, waits for a free slot and issues the TMA loads of A (128 x 64) and B (BN x 64)
+ *     into it. Before a tile's first load it does the fused-path wait (below). The other
+ *     threads idle to the end (a cluster barrier counts them).
+ *   warpgroups 1 and 2, "consumers" (224 registers): consumer w computes rows [64w, 64w+64) of
+ *     the 128 x BN tile with wgmma m64nBNk16 (fp32 accumulators in registers), then stores its
+ *     rows to C through its warps' staging rows (line-wide stores), clipped to the tile's
+ *     rows/cols (a short tile's next rows belong to another chunk, whose tile may run at the
+ *     same time).
+ *   Clusters of 2 (/c2): CTA rank r = idx & 1; the pair's tiles idx, idx ^ 1 are vertically
+ *     adjacent in the grouped order, and when their columns match they share B: each CTA loads
+ *     half of the B tile and multicasts it to both, so B's L2 traffic halves.
+ *
+ * Shared memory ring: STAGES slots, each with two mbarriers.
+ *   full[s]  count 1. Writer: the producer's arrive.expect_tx (A + whole B bytes) plus TMA's
+ *            complete_tx (ours, and the partner's multicast half). Waiter: both consumers
+ *            (parity = pass over the ring & 1).
+ *   empty[s] count 16. Writer: lane 0 of each of the 8 consumer warps, twice per use, after
+ *            wgmma.wait_group shows that warp's reads of slot s are done: once here and once
+ *            at the partner CTA when B was shared (its producer wrote into our slot), else
+ *            twice here. Waiter: the producer (acquire.cluster), with the parity of the
+ *            previous pass, so the first pass falls through.
+ *   Never reset: phases alternate for the kernel's lifetime; both roles of both CTAs of a
+ *   pair walk the same tiles, K blocks and share decisions, so (slot, parity) sequences match.
+ *
+ * Chunk flags (fused path; desc.chunk_flags): one uint32 per chunk. Writer: whoever fills the
+ *   chunk in the gathered A (a copy engine's stream write, a peer), after the data. Waiter:
+ *   the producer thread, once per tile that reads the gathered A, before that tile's first A
+ *   load: acquire load until flag - epoch >= 0 (wrap-safe), then fence.proxy.async.global
+ *   because the data was written through the generic proxy and TMA reads through the async
+ *   one. Reset: never; each run waits for a larger epoch. Bounded: after timeout_ns the wait
+ *   is recorded in dev_error (first writer wins) and this CTA, and every CTA that later sees
+ *   the record, stops waiting; the kernel then finishes, so a dead peer is an error, never a
+ *   hang. Tiles that read the rank's own shard (a_local) never wait.
+ */
+#include "kernels/gemm_engine.h"
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <cudaTypedefs.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/schedule.h"
+
+#define GEMM_BM 128
+#define GEMM_BK 64
+#define GEMM_THREADS 384
+#define EP_ROW_BYTES 144                 /* 64 bf16 + 16 B of padding */
+#define EP_WARP_BYTES (16 * EP_ROW_BYTES) /* one consumer warp's 16 rows */
+
+/* Everything a run needs, passed by value as one __grid_constant__ parameter: the tensor maps
+ * must live in parameter (or constant/global) memory for TMA to read them. */
+struct gemm_params {
+    CUtensorMap map_a;       /* gathered A: dims {k, rows}, box {64, 128}, 128B swizzle */
+    CUtensorMap map_a_local; /* the shard: dims {k, m}, same box and swizzle */
+    CUtensorMap map_b;       /* col-major: dims {k, n}, box {64, BN}; row-major: {n, k}, box {64, 64} */
+    CUtensorMap map_b_half;  /* col-major B with clusters: box {64, BN/2}, each CTA's multicast half */
+    agmm_sched sched;
+    uint16_t *c;             /* bf16 out, row stride n */
+    int64_t n;
+    int k_blocks;            /* ceil(k / 64); the K tail is zero-filled by TMA */
+    int has_local;
+    const uint32_t *flags;
+    agmm_dev_error *err;
+    uint64_t timeout_ns;
+    uint32_t epoch;
+};
+
+/* ---- PTX wrappers ------------------------------------------------------------------------ */
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity)
+{
+    uint32_t done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+
+__device__ __forceinline__ void mbar_arrive(uint32_t bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+/* 2-D tile load; c0 is the inner (contiguous) coordinate, in elements. Out-of-bounds parts of
+ * the box are zero-filled and still count toward the barrier's transaction bytes. */
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
+                 "l"(map), "r"(c0), "r"(c1), "r"(bar)
+                 : "memory");
+}
+
+/* The same, multicast: the box lands at this smem offset in every CTA of the cluster named in
+ * mask, and complete_tx goes to the barrier at this offset in each of them. */
+__device__ __forceinline__ void tma_load_2d_mc(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar,
+                                               uint16_t mask)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
+                 "l"(map), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
+                 : "memory");
+}
+
+/* Producer-side wait on an empty barrier that the partner CTA's consumers also arrive on:
+ * acquire at cluster scope, so their reads of the slot are ordered before our refill. */
+__device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity)
+{
+    uint32_t done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+
+/* Arrive on the barrier at the same offset in CTA `cta` of the cluster. */
+__device__ __forceinline__ void mbar_arrive_remote(uint32_t bar, uint32_t cta)
+{
+    asm volatile("{\n.reg .b32 r;\nmapa.shared::cluster.u32 r, %0, %1;\n"
+                 "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [r];\n}\n" ::"r"(bar),
+                 "r"(cta)
+                 : "memory");
+}
+
+/* All threads of both CTAs (exited threads do not count, so every thread stays to the end). */
+__device__ __forceinline__ void cluster_sync(void)
+{
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
+
+/* A consumer warp gives slot s back: empty[s] takes 2 arrivals per consumer warp per use. With
+ * a shared B, one goes to each CTA's barrier (both producers wrote into our slot s); otherwise
+ * both go to our own. */
+template <int STAGES, int CL>
+__device__ __forceinline__ void release_slot(uint32_t bars, int s, int share, uint32_t partner)
+{
+    const uint32_t empty = bars + 8 * (STAGES + s);
+    mbar_arrive(empty);
+    if (CL == 2 && share)
+        mbar_arrive_remote(empty, partner);
+    else
+        mbar_arrive(empty);
+}
+
+__device__ __forceinline__ void wgmma_fence(void)
+{
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+
+__device__ __forceinline__ void wgmma_commit(void)
+{
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void wgmma_wait(void)
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+
+/* Keeps the compiler from moving accumulator reads or writes across this point (the wgmma
+ * asm statements write them asynchronously, which the compiler cannot see). */
+template <int R>
+__device__ __forceinline__ void acc_fence(float (&d)[R])
+{
+#pragma unroll
+    for (int i = 0; i < R; i++)
+        asm volatile("" : "+f"(d[i])::"memory");
+}
+
+/* wgmma shared-memory matrix descriptor for a 128B-swizzled tile (layout type 1 in bits 62-63).
+ * lbo/sbo in bytes: K-major tiles use sbo = 1024 (8 rows of 128 B; lbo unused, set to 16);
+ * MN-major tiles use lbo = bytes between 64-element MN blocks, sbo = 1024 between 8-row K
+ * groups. The start address must sit in a 1024-aligned swizzle atom; advancing it by 32 B
+ * steps K by 16 inside a K-major atom (the swizzle is applied to the final address). */
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t lbo, uint32_t sbo)
+{
+    return (uint64_t)((addr & 0x3ffff) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32) |
+           (1ull << 62);
+}
+
+/* ---- wgmma m64nNk16 bf16 -> fp32, both operands from shared memory (generated pattern) -- */
+
+/* D(64 x 64, fp32) += A(64 x 16, smem desc) * B(16 x 64, smem desc); scale_d = 0 zeroes D first. */
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b, uint32_t scale_d)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+                 "}, %32, %33, p, 1, 1, 0, %35;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_B));
+}
+
+/* D(64 x 128, fp32) += A(64 x 16, smem desc) * B(16 x 128, smem desc); scale_d = 0 zeroes D first. */
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b, uint32_t scale_d)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+                 "}, %64, %65, p, 1, 1, 0, %67;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_B));
+}
+
+/* D(64 x 256, fp32) += A(64 x 16, smem desc) * B(16 x 256, smem desc); scale_d = 0 zeroes D first. */
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, uint32_t scale_d)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+                 "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+                 "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+                 "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+                 "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+                 "}, %128, %129, p, 1, 1, 0, %131;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+                   "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+                   "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+                   "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+                   "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+                   "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+                   "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+                   "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+                   "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_B));
+}
+
+template <int BN, int TRANS_B>
+__device__ __forceinline__ void wgmma_tile(float (&d)[BN / 2], uint64_t desc_a, uint64_t desc_b, uint32_t scale_d)
+{
+    if constexpr (BN == 256)
+        wgmma_m64n256k16<TRANS_B>(d, desc_a, desc_b, scale_d);
+    else if constexpr (BN == 128)
+        wgmma_m64n128k16<TRANS_B>(d, desc_a, desc_b, scale_d);
+    else
+        wgmma_m64n64k16<TRANS_B>(d, desc_a, desc_b, scale_d);
+}
+
+/* ---- roles ------------------------------------------------------------------------------- */
+
+/* The fused-path wait for one tile's chunk (see the header comment). Returns 1 when waits are
+ * off from now on: this wait expired, or another CTA's already did (its record is set). */
+__device__ __noinline__ int wait_chunk(const gemm_params &p, int chunk, int src_rank)
+{
+    const uint32_t *flag = p.flags + chunk;
+    uint32_t seen = agmm_ld_acquire_sys(flag);
+    if ((int32_t)(seen - p.epoch) < 0) {
+        const uint64_t deadline = agmm_globaltimer_ns() + p.timeout_ns;
+        for (;;) {
+            __nanosleep(64); /* the SM's consumers may still be busy: keep issue slots free */
+            seen = agmm_ld_acquire_sys(flag);
+            if ((int32_t)(seen - p.epoch) >= 0)
+                break;
+            if (*(volatile const uint32_t *)&p.err->code != AGMM_DEV_OK)
+                return 1;
+            if (agmm_globaltimer_ns() > deadline) {
+                agmm_dev_error_record(p.err, p.sched.rank, src_rank, AGMM_WAIT_CHUNK, chunk, p.epoch, seen);
+                return 1;
+            }
+        }
+    }
+    /* The chunk was written through the generic proxy (copy engine, peer stores); TMA reads it
+     * through the async proxy: order the acquired data before this thread's next TMA loads. */
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+    return 0;
+}
+
+/* What the consumers need of a tile, and whether it shares its B tile with the partner CTA of
+ * its cluster (cluster of 2: CTA rank r = idx & 1 takes tile idx, its partner idx ^ 1; they
+ * share B when both exist and have the same columns, i.e. vertically adjacent tiles). */
+struct tile_job {
+    int64_t row0;
+    int col0, rows, cols;
+    int share;
+};
+
+template <int CL>
+__device__ __forceinline__ int tiles_share_b(const gemm_params &p, int64_t idx, int64_t ntiles, const agmm_tile &t)
+{
+    if (CL == 1 || (idx | 1) >= ntiles)
+        return 0;
+    agmm_tile o;
+    agmm_sched_tile(&p.sched, idx ^ 1, &o);
+    return o.col0 == t.col0;
+}
+
+template <int CL>
+__device__ __forceinline__ tile_job job_of(const gemm_params &p, int64_t idx, int64_t ntiles)
+{
+    tile_job j = {0, 0, 0, 0, 0};
+    if (idx < ntiles) {
+        agmm_tile t;
+        agmm_sched_tile(&p.sched, idx, &t);
+        j.row0 = t.row0;
+        j.col0 = (int)t.col0;
+        j.rows = t.rows;
+        j.cols = t.cols;
+        j.share = tiles_share_b<CL>(p, idx, ntiles, t);
+    }
+    return j;
+}
+
+template <int BN, int STAGES, int B_MN, int CL>
+__device__ __forceinline__ void gemm_producer(const gemm_params &p, uint32_t sa, uint32_t sb, uint32_t bars)
+{
+    constexpr uint32_t A_BYTES = GEMM_BM * GEMM_BK * 2, B_BYTES = BN * GEMM_BK * 2;
+    const int64_t ntiles = agmm_sched_num_tiles(&p.sched);
+    const int crank = (int)(blockIdx.x & (CL - 1));
+    int stage = 0, waits_off = 0;
+    uint32_t phase = 0;
+    for (int64_t idx = blockIdx.x; idx < ntiles; idx += gridDim.x) {
+        agmm_tile t;
+        agmm_sched_tile(&p.sched, idx, &t);
+        const int share = tiles_share_b<CL>(p, idx, ntiles, t);
+        /* Row coordinate and map come from the one tile record: the wait and the load can never
+         * disagree about which rows they mean. */
+        const int from_local = t.local && p.has_local;
+        const CUtensorMap *map_a = from_local ? &p.map_a_local : &p.map_a;
+        const int a_row = (int)(from_local ? t.shard_row0 : t.row0);
+        if (p.flags && !from_local && !waits_off)
+            waits_off = wait_chunk(p, t.chunk, t.src_rank);
+        for (int kb = 0; kb < p.k_blocks; kb++) {
+            const uint32_t full = bars + 8 * stage, empty = bars + 8 * (STAGES + stage);
+            /* Slot free: our consumers, and with a shared B the partner's too, are done with its
+             * previous contents (our multicast is about to write the partner's copy). */
+            mbar_wait_cluster(empty, phase ^ 1);
+            /* Every byte landing in this CTA's slot, ours and the partner's multicast alike. */
+            mbar_arrive_expect_tx(full, A_BYTES + B_BYTES);
+            tma_load_2d(sa + stage * A_BYTES, map_a, kb * GEMM_BK, a_row, full);
+            const uint32_t b_dst = sb + stage * B_BYTES;
+            if (CL == 2 && share) {
+                /* Each CTA loads half of the shared B tile into both CTAs' slots. */
+                if (B_MN) {
+#pragma unroll
+                    for (int j = 0; j < BN / 128; j++) {
+                        const int box = crank * (BN / 128) + j;
+                        tma_load_2d_mc(b_dst + box * 8192, &p.map_b, (int)t.col0 + 64 * box, kb * GEMM_BK, full, 3);
+                    }
+                } else {
+                    tma_load_2d_mc(b_dst + crank * (BN / 2) * 128, &p.map_b_half, kb * GEMM_BK,
+                                   (int)t.col0 + crank * (BN / 2), full, 3);
+                }
+            } else if (B_MN) {
+#pragma unroll
+                for (int j = 0; j < BN / 64; j++)
+                    tma_load_2d(b_dst + j * 8192, &p.map_b, (int)t.col0 + 64 * j, kb * GEMM_BK, full);
+            } else {
+                tma_load_2d(b_dst, &p.map_b, kb * GEMM_BK, (int)t.col0, full);
+            }
+            if (++stage == STAGES) {
+                stage = 0;
+                phase ^= 1;
+            }
+        }
+    }
+}
+
+/* Consumer cw (0 or 1): rows [64cw, 64cw+64) of each tile. */
+template <int BN, int STAGES, int B_MN, int CL>
+__device__ __forceinline__ void gemm_consumer(const gemm_params &p, int cw, uint32_t sa, uint32_t sb, uint32_t bars,
+                                              uint8_t *ep)
+{
+    constexpr uint32_t A_BYTES = GEMM_BM * GEMM_BK * 2, B_BYTES = BN * GEMM_BK * 2;
+    const int64_t ntiles = agmm_sched_num_tiles(&p.sched);
+    const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+    const uint32_t partner = (blockIdx.x & (CL - 1)) ^ 1;
+    float acc[BN / 2];
+    int stage = 0;
+    uint32_t phase = 0;
+    int64_t idx = blockIdx.x;
+    tile_job cur = job_of<CL>(p, idx, ntiles), next;
+    while (idx < ntiles) {
+        const int64_t next_idx = idx + gridDim.x;
+        int prev = -1;
+        for (int kb = 0; kb < p.k_blocks; kb++) {
+            mbar_wait(bars + 8 * stage, phase); /* TMA has landed A and B of this K block */
+            wgmma_fence();
+            const uint32_t a0 = sa + stage * A_BYTES + cw * 64 * 128;
+            const uint32_t b0 = sb + stage * B_BYTES;
+#pragma unroll
+            for (int kk = 0; kk < GEMM_BK / 16; kk++) {
+                const uint64_t da = sw128_desc(a0 + kk * 32, 16, 1024);
+                const uint64_t db = B_MN ? sw128_desc(b0 + kk * 16 * 128, 8192, 1024) : sw128_desc(b0 + kk * 32, 16, 1024);
+                wgmma_tile<BN, B_MN>(acc, da, db, (uint32_t)(kb | kk) != 0);
+            }
+            wgmma_commit();
+            /* The next tile's schedule arithmetic (64-bit divisions) runs while the tensor
+             * cores work, instead of in the gap between tiles. */
+            if (kb == 0)
+                next = job_of<CL>(p, next_idx, ntiles);
+            /* Keep this K block's MMAs in flight; the previous block's are done after
+             * wait_group 1, so its slot can go back to the producer(s). */
+            if (prev >= 0) {
+                wgmma_wait<1>();
+                if (lane == 0)
+                    release_slot<STAGES, CL>(bars, prev, cur.share, partner);
+            }
+            prev = stage;
+            if (++stage == STAGES) {
+                stage = 0;
+                phase ^= 1;
+            }
+        }
+        wgmma_wait<0>();
+        acc_fence(acc);
+        if (lane == 0)
+            release_slot<STAGES, CL>(bars, prev, cur.share, partner);
+
+        /* Epilogue, 64 columns at a time through this warp's staging rows: wgmma's fragment
+         * gives this thread rows r, r+8 (r = lane/4 of the warp's 16) and columns 8j + 2(lane%4),
+         * +1; written to smem (row stride 144 B: the 8 rows x 4 lanes of a store hit 32 banks),
+         * read back as 16-byte row pieces and stored so that each warp store covers 4 whole
+         * 128-byte lines of C (direct fragment stores covered 8 half sectors). Clipped to the
+         * tile: a short tile's next rows belong to another chunk, maybe computed right now. */
+        const int64_t n = p.n;
+        const int row_w = cw * 64 + warp * 16;
+        uint16_t *cbase = p.c + (cur.row0 + row_w) * n + cur.col0;
+        const int vec_ok = (n & 7) == 0; /* 16-byte aligned row pieces */
+#pragma unroll
+        for (int ch = 0; ch < BN / 64; ch++) {
+#pragma unroll
+            for (int jj = 0; jj < 8; jj++) {
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int j = ch * 8 + jj;
+                    __nv_bfloat162 v = __floats2bfloat162_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+                    *(__nv_bfloat162 *)(ep + (lane / 4 + 8 * h) * EP_ROW_BYTES + (jj * 8 + (lane % 4) * 2) * 2) = v;
+                }
+            }
+            __syncwarp();
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int r = lane / 8 + 4 * i, c = (lane % 8) * 8;
+                const uint4 v = *(const uint4 *)(ep + r * EP_ROW_BYTES + c * 2);
+                const int tcol = ch * 64 + c;
+                if (row_w + r < cur.rows && tcol < cur.cols) {
+                    uint16_t *dst = cbase + (int64_t)r * n + tcol;
+                    if (vec_ok && tcol + 8 <= cur.cols) {
+                        *(uint4 *)dst = v;
+                    } else {
+                        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                        for (int q = 0; q < 8; q++)
+                            if (tcol + q < cur.cols)
+                                dst[q] = (uint16_t)(w[q / 2] >> (16 * (q & 1)));
+                    }
+                }
+            }
+            __syncwarp(); /* the staging rows are rewritten by the next 64 columns */
+        }
+        cur = next;
+        idx = next_idx;
+    }
+}
+
+template <int BN, int STAGES, int B_MN, int CL>
+__global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_ws_kernel(const __grid_constant__ gemm_params p)
+{
+    constexpr uint32_t A_BYTES = GEMM_BM * GEMM_BK * 2, B_BYTES = BN * GEMM_BK * 2;
+    extern __shared__ uint8_t smem_raw[];
+    /* 128B-swizzled tiles must start on 1024-byte boundaries (swizzle phase 0). The offset is
+     * the same in both CTAs of a cluster, which multicast relies on. */
+    const uint32_t sa = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    const uint32_t sb = sa + STAGES * A_BYTES;
+    const uint32_t bars = sb + STAGES * B_BYTES; /* full[STAGES], then empty[STAGES] */
+    const int wg = threadIdx.x / 128;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(bars + 8 * s, 1);
+            mbar_init(bars + 8 * (STAGES + s), 8 * 2); /* 8 consumer warps, 2 arrivals each per use */
+        }
+        /* mbarrier.init is a generic-proxy write that TMA's complete_tx (async proxy) and the
+         * partner CTA's remote arrivals update: make it visible cluster-wide. */
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        asm volatile("prefetch.tensormap [%0];" ::"l"(&p.map_a) : "memory");
+        asm volatile("prefetch.tensormap [%0];" ::"l"(&p.map_b) : "memory");
+        if (CL == 2 && !B_MN)
+            asm volatile("prefetch.tensormap [%0];" ::"l"(&p.map_b_half) : "memory");
+        if (p.has_local)
+            asm volatile("prefetch.tensormap [%0];" ::"l"(&p.map_a_local) : "memory");
+    }
+    /* Barriers initialised in both CTAs before either multicasts or arrives remotely. */
+    if (CL == 2)
+        cluster_sync();
+    else
+        __syncthreads();
+
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 56;");
+        if (threadIdx.x == 0)
+            gemm_producer<BN, STAGES, B_MN, CL>(p, sa, sb, bars);
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 224;");
+        /* This warp's epilogue staging rows, after the barriers. */
+        const uint32_t ep_base = (bars + 16 * STAGES + 127u) & ~127u;
+        const int cwarp = (threadIdx.x - 128) / 32;
+        uint8_t *ep = smem_raw + (ep_base - smem_u32(smem_raw)) + cwarp * EP_WARP_BYTES;
+        gemm_consumer<BN, STAGES, B_MN, CL>(p, wg - 1, sa, sb, bars, ep);
+    }
+    /* No CTA leaves while its partner may still arrive on its barriers. */
+    if (CL == 2) {
+        __syncwarp();
+        cluster_sync();
+    }
+}
+
+/* ---- host side: policy, descriptors, launch ------------------------------------------------ */
+
+/* The policy table: tile configs, largest first. eff is the FLOP rate of a config relative to
+ * 128x256 at full waves (smaller tiles move more operand bytes per FLOP through L2): 0.80 for
+ * 128x128 was measured with bench/gemm_lab on an H200, 0.60 for 128x64 is an estimate. The
+ * numbers only rank configs against each other. */
+typedef struct {
+    int bn, stages, cluster; /* cluster 2: pairs of CTAs on vertically adjacent tiles share B */
+    int pick;                /* 1: the policy may choose it; 0: only by index (lab, tests) */
+    double eff;
+    const char *name;
+} tile_config;
+
+static const tile_config k_configs[] = {
+    {256, 4, 1, 1, 1.00, "128x256x64/s4"},
+    {128, 6, 1, 1, 0.80, "128x128x64/s6"},
+    {64, 8, 1, 1, 0.60, "128x64x64/s8"},
+    /* B multicast in CTA pairs: correct, but measured 1.3-1.5x slower than the same tile
+     * without it (docs/gemm_engine.md), so only the lab and tests select them for now. */
+    {256, 4, 2, 0, 1.00, "128x256x64/s4/c2"},
+    {128, 6, 2, 0, 0.80, "128x128x64/s6/c2"},
+};
+#define NUM_CONFIGS ((int)(sizeof k_configs / sizeof k_configs[0]))
+#define GROUP_M 8          /* row tiles per L2 group (even: cluster pairs share columns) */
+#define K_OVERHEAD 192     /* per-tile fixed cost (pipeline fill, epilogue) in units of K */
+
+extern "C" int agmm_gemm_num_configs(void)
+{
+    return NUM_CONFIGS;
+}
+
+extern "C" const char *agmm_gemm_config_name(int config)
+{
+    return config >= 0 && config < NUM_CONFIGS ? k_configs[config].name : "?";
+}
+
+static size_t config_smem_bytes(int c)
+{
+    const tile_config *tc = &k_configs[c];
+    return (size_t)tc->stages * (GEMM_BM * GEMM_BK * 2 + tc->bn * GEMM_BK * 2) + 16 * tc->stages + 128 +
+           8 * EP_WARP_BYTES + 1024;
+}
+
+static void sched_fill(agmm_sched *s, const agmm_gemm_desc *d, int bn)
+{
+    memset(s, 0, sizeof *s);
+    s->m = d->m;
+    s->n = d->n;
+    s->nranks = d->nranks;
+    s->rank = d->rank;
+    s->splits = d->splits;
+    s->bm = GEMM_BM;
+    s->bn = bn;
+    s->group_m = GROUP_M;
+    agmm_sched_init(s);
+}
+
+/* Waves times the cost of one tile: the config that finishes the last wave first. Ties go to
+ * the earlier (larger) tile: fewer operand bytes through L2. */
+static int pick_config(const agmm_gemm_desc *d, int ctas)
+{
+    int best = -1;
+    double best_cost = 0;
+    for (int c = 0; c < NUM_CONFIGS; c++) {
+        if (!k_configs[c].pick || (k_configs[c].cluster == 2 && ctas < 2))
+            continue;
+        agmm_sched s;
+        sched_fill(&s, d, k_configs[c].bn);
+        const int64_t tiles = agmm_sched_num_tiles(&s);
+        const int64_t waves = (tiles + ctas - 1) / ctas;
+        const double cost = (double)waves * k_configs[c].bn * (double)(d->k + K_OVERHEAD) / k_configs[c].eff;
+        if (best < 0 || cost < best_cost * 0.98) {
+            best = c;
+            best_cost = cost;
+        }
+    }
+    return best;
+}
+
+static const void *config_kernel(int c, int b_mn)
+{
+    switch (c * 2 + b_mn) {
+    case 0: return (const void *)gemm_ws_kernel<256, 4, 0, 1>;
+    case 1: return (const void *)gemm_ws_kernel<256, 4, 1, 1>;
+    case 2: return (const void *)gemm_ws_kernel<128, 6, 0, 1>;
+    case 3: return (const void *)gemm_ws_kernel<128, 6, 1, 1>;
+    case 4: return (const void *)gemm_ws_kernel<64, 8, 0, 1>;
+    case 5: return (const void *)gemm_ws_kernel<64, 8, 1, 1>;
+    case 6: return (const void *)gemm_ws_kernel<256, 4, 0, 2>;
+    case 7: return (const void *)gemm_ws_kernel<256, 4, 1, 2>;
+    case 8: return (const void *)gemm_ws_kernel<128, 6, 0, 2>;
+    case 9: return (const void *)gemm_ws_kernel<128, 6, 1, 2>;
+    }
+    return NULL;
+}
+
+struct agmm_gemm_plan {
+    agmm_gemm_desc desc; /* pointers as last set */
+    gemm_params params;  /* maps of the current pointers; epoch filled per run */
+    PFN_cuTensorMapEncodeTiled_v12000 encode;
+    const void *kernel;
+    int config, ctas;
+    int64_t tiles;
+    size_t smem_bytes;
+    char name[128];
+};
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* A row-major bf16 matrix [outer][inner] as a 2-D map with a {box_inner, box_outer} box,
+ * 128B swizzle (box_inner = 64 elements = 128 bytes), zero fill out of bounds. */
+static agmm_status encode_2d(agmm_gemm_plan *pl, CUtensorMap *map, const void *ptr, uint64_t inner, uint64_t outer,
+                             uint32_t box_inner, uint32_t box_outer, const char *what, char *err, size_t errlen)
+{
+    cuuint64_t dims[2] = {inner, outer};
+    cuuint64_t strides[1] = {inner * 2};
+    cuuint32_t box[2] = {box_inner, box_outer};
+    cuuint32_t estr[2] = {1, 1};
+    CUresult r = pl->encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)ptr, dims, strides, box, estr,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+        set_err(err, errlen, "cuTensorMapEncodeTiled(%s: %llu x %llu, box %u x %u) failed: CUresult %d", what,
+                (unsigned long long)outer, (unsigned long long)inner, box_outer, box_inner, (int)r);
+        return AGMM_ERR_CUDA;
+    }
+    return AGMM_SUCCESS;
+}
+
+static int misaligned(const void *p)
+{
+    return ((uintptr_t)p & 15u) != 0;
+}
+
+static void launch_config(const agmm_gemm_plan *pl, cudaLaunchConfig_t *cfg, cudaLaunchAttribute *attr, int ctas,
+                          cudaStream_t stream)
+{
+    *cfg = cudaLaunchConfig_t{};
+    *attr = cudaLaunchAttribute{};
+    cfg->gridDim = dim3((unsigned)ctas);
+    cfg->blockDim = dim3(GEMM_THREADS);
+    cfg->dynamicSmemBytes = pl->smem_bytes;
+    cfg->stream = stream;
+    attr->id = cudaLaunchAttributeClusterDimension;
+    attr->val.clusterDim.x = (unsigned)k_configs[pl->config].cluster;
+    attr->val.clusterDim.y = 1;
+    attr->val.clusterDim.z = 1;
+    cfg->attrs = attr;
+    cfg->numAttrs = 1;
+}
+
+extern "C" agmm_status agmm_gemm_plan_set_ptrs(agmm_gemm_plan *pl, const void *a, const void *a_local, const void *b,
+                                               void *c, char *err, size_t errlen)
+{
+    agmm_gemm_desc *d = &pl->desc;
+    gemm_params *p = &pl->params;
+    const int bn = k_configs[pl->config].bn;
+    agmm_status st = AGMM_SUCCESS;
+    if (misaligned(a) || misaligned(a_local) || misaligned(b) || misaligned(c)) {
+        set_err(err, errlen, "gemm operands must be 16-byte aligned for TMA");
+        return AGMM_ERR_INVALID_ARG;
+    }
+    if (a && a != d->a) {
+        st = encode_2d(pl, &p->map_a, a, (uint64_t)d->k, (uint64_t)(d->nranks * d->m), GEMM_BK, GEMM_BM, "A", err, errlen);
+        if (st)
+            return st;
+        d->a = a;
+    }
+    if (a_local && a_local != d->a_local) {
+        st = encode_2d(pl, &p->map_a_local, a_local, (uint64_t)d->k, (uint64_t)d->m, GEMM_BK, GEMM_BM, "A shard", err,
+                       errlen);
+        if (st)
+            return st;
+        d->a_local = a_local;
+        p->has_local = 1;
+    }
+    if (b && b != d->b) {
+        if (d->b_layout == AGMM_LAYOUT_COL_MAJOR) { /* B^T: n rows of k */
+            st = encode_2d(pl, &p->map_b, b, (uint64_t)d->k, (uint64_t)d->n, GEMM_BK, (uint32_t)bn, "B^T", err, errlen);
+            if (!st && k_configs[pl->config].cluster == 2)
+                st = encode_2d(pl, &p->map_b_half, b, (uint64_t)d->k, (uint64_t)d->n, GEMM_BK, (uint32_t)bn / 2,
+                               "B^T half", err, errlen);
+        }
+        else /* B: k rows of n, loaded in 64 x 64 boxes (128 B of n per box row) */
+            st = encode_2d(pl, &p->map_b, b, (uint64_t)d->n, (uint64_t)d->k, 64, GEMM_BK, "B", err, errlen);
+        if (st)
+            return st;
+        d->b = b;
+    }
+    if (c) {
+        d->c = c;
+        p->c = (uint16_t *)c;
+    }
+    return AGMM_SUCCESS;
+}
+
+extern "C" agmm_status agmm_gemm_plan_create(agmm_gemm_plan **out, const agmm_gemm_desc *desc, char *err, size_t errlen)
+{
+    *out = NULL;
+    const agmm_gemm_desc *d = desc;
+    if (d->m < 1 || d->n < 1 || d->nranks < 1 || d->rank < 0 || d->rank >= d->nranks || d->splits < 1 ||
+        d->splits > d->m) {
+        set_err(err, errlen, "gemm: bad shape m=%lld n=%lld nranks=%d rank=%d splits=%d", (long long)d->m,
+                (long long)d->n, d->nranks, d->rank, d->splits);
+        return AGMM_ERR_INVALID_ARG;
+    }
+    if (d->k < 8 || d->k % 8 != 0) {
+        set_err(err, errlen, "K=%lld is not a positive multiple of 8: rows of A must be 16-byte aligned for TMA",
+                (long long)d->k);
+        return AGMM_ERR_INVALID_ARG;
+    }
+    if (d->b_layout == AGMM_LAYOUT_ROW_MAJOR && d->n % 8 != 0) {
+        set_err(err, errlen, "N=%lld: a row-major B needs N %% 8 == 0 (16-byte rows for TMA)", (long long)d->n);
+        return AGMM_ERR_UNSUPPORTED;
+    }
+    if (d->nranks * d->m > INT32_MAX || d->n > INT32_MAX || d->k > INT32_MAX) {
+        set_err(err, errlen, "gemm: dimensions past 2^31 are not supported");
+        return AGMM_ERR_UNSUPPORTED;
+    }
+    if (d->chunk_flags && !d->dev_error) {
+        set_err(err, errlen, "gemm: chunk_flags need a dev_error record for the bounded wait");
+        return AGMM_ERR_INVALID_ARG;
+    }
+    if (d->config >= NUM_CONFIGS) {
+        set_err(err, errlen, "gemm: config %d out of range (%d configs)", d->config, NUM_CONFIGS);
+        return AGMM_ERR_INVALID_ARG;
+    }
+
+    int dev = 0, sms = 0, major = 0;
+    cudaError_t ce = cudaGetDevice(&dev);
+    if (ce == cudaSuccess)
+        ce = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (ce == cudaSuccess)
+        ce = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    if (ce != cudaSuccess) {
+        set_err(err, errlen, "gemm: device query: %s", cudaGetErrorString(ce));
+        return AGMM_ERR_CUDA;
+    }
+    if (major != 9) {
+        set_err(err, errlen, "gemm: the engine needs an sm_90 GPU (this one is sm_%d)", major * 10);
+        return AGMM_ERR_UNSUPPORTED;
+    }
+
+    agmm_gemm_plan *pl = (agmm_gemm_plan *)calloc(1, sizeof *pl);
+    if (!pl) {
+        set_err(err, errlen, "gemm: out of host memory");
+        return AGMM_ERR_NO_MEMORY;
+    }
+    void *fn = NULL;
+    cudaDriverEntryPointQueryResult q;
+    ce = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q);
+    if (ce != cudaSuccess || q != cudaDriverEntryPointSuccess || !fn) {
+        set_err(err, errlen, "gemm: cuTensorMapEncodeTiled not found in the driver");
+        free(pl);
+        return AGMM_ERR_CUDA;
+    }
+    pl->encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
+
+    int budget = d->max_ctas > 0 && d->max_ctas < sms ? d->max_ctas : sms;
+    pl->config = d->config >= 0 ? d->config : pick_config(d, budget);
+    const tile_config *tc = &k_configs[pl->config];
+    if (tc->cluster == 2 && budget < 2) {
+        set_err(err, errlen, "gemm: config %s needs at least 2 CTAs (max_ctas=%d)", tc->name, d->max_ctas);
+        free(pl);
+        return AGMM_ERR_INVALID_ARG;
+    }
+    const int b_mn = d->b_layout == AGMM_LAYOUT_ROW_MAJOR;
+    pl->kernel = config_kernel(pl->config, b_mn);
+    pl->smem_bytes = config_smem_bytes(pl->config);
+    ce = cudaFuncSetAttribute(pl->kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl->smem_bytes);
+    if (ce != cudaSuccess) {
+        set_err(err, errlen, "gemm: cudaFuncSetAttribute(smem %zu): %s", pl->smem_bytes, cudaGetErrorString(ce));
+        free(pl);
+        return AGMM_ERR_CUDA;
+    }
+
+    pl->desc = *d;
+    pl->desc.a = pl->desc.a_local = pl->desc.b = NULL;
+    pl->desc.c = NULL;
+    gemm_params *p = &pl->params;
+    sched_fill(&p->sched, d, tc->bn);
+    pl->tiles = agmm_sched_num_tiles(&p->sched);
+    pl->ctas = (int)(pl->tiles < budget ? pl->tiles : budget);
+    if (tc->cluster == 2) {
+        /* Pairs: an even grid, no more pairs than can be resident at once (a persistent CTA
+         * that waits for a free SM would only add a tail). */
+        int max_clusters = 0;
+        cudaLaunchConfig_t cfg;
+        cudaLaunchAttribute attr;
+        launch_config(pl, &cfg, &attr, budget & ~1, 0);
+        ce = cudaOccupancyMaxActiveClusters(&max_clusters, pl->kernel, &cfg);
+        if (ce != cudaSuccess || max_clusters < 1) {
+            set_err(err, errlen, "gemm: cudaOccupancyMaxActiveClusters: %s (%d)", cudaGetErrorString(ce), max_clusters);
+            free(pl);
+            return AGMM_ERR_CUDA;
+        }
+        pl->ctas = (int)((pl->tiles + 1) & ~1LL);
+        if (pl->ctas > (budget & ~1))
+            pl->ctas = budget & ~1;
+        if (pl->ctas > 2 * max_clusters)
+            pl->ctas = 2 * max_clusters;
+    }
+    p->n = d->n;
+    p->k_blocks = (int)((d->k + GEMM_BK - 1) / GEMM_BK);
+    p->flags = d->chunk_flags;
+    p->err = d->dev_error;
+    p->timeout_ns = d->timeout_ns ? d->timeout_ns : 5000000000ull;
+    agmm_status st = agmm_gemm_plan_set_ptrs(pl, d->a, d->a_local, d->b, d->c, err, errlen);
+    if (st) {
+        free(pl);
+        return st;
+    }
+    snprintf(pl->name, sizeof pl->name, "%s%s ctas=%d tiles=%lld", tc->name, b_mn ? " B-row" : "", pl->ctas,
+             (long long)pl->tiles);
+    *out = pl;
+    return AGMM_SUCCESS;
+}
+
+extern "C" agmm_status agmm_gemm_run(agmm_gemm_plan *pl, uint32_t epoch, cudaStream_t stream)
+{
+    if (!pl->desc.a || !pl->desc.b || !pl->desc.c)
+        return AGMM_ERR_INVALID_ARG;
+    pl->params.epoch = epoch;
+    void *args[] = {&pl->params};
+    cudaLaunchConfig_t cfg;
+    cudaLaunchAttribute attr;
+    launch_config(pl, &cfg, &attr, pl->ctas, stream);
+    cudaError_t ce = cudaLaunchKernelExC(&cfg, pl->kernel, args);
+    if (ce == cudaSuccess)
+        ce = cudaGetLastError();
+    return ce == cudaSuccess ? AGMM_SUCCESS : AGMM_ERR_CUDA;
+}
+
+extern "C" void agmm_gemm_plan_destroy(agmm_gemm_plan *pl)
+{
+    free(pl);
+}
+
+extern "C" const char *agmm_gemm_plan_describe(const agmm_gemm_plan *pl)
+{
+    return pl ? pl->name : "(null)";
+}

@@ -1,0 +1,84 @@
+/* The GEMM engine: a persistent, warp-specialised bf16 GEMM for sm_90a (TMA + mbarrier ring +
+ * WGMMA), C = A * B with A row-major, B column-major (B^T is N x K contiguous) or row-major
+ * (K x N contiguous), C row-major, fp32 accumulation, bf16 out.
+ *
+ * It is also the GEMM half of the fused all-gather matmul: tiles are visited in core/schedule.h's
+ * order, and each tile can (1) wait on its chunk's epoch flag (acquire, bounded) before its A
+ * is loaded and (2) read A either from the gathered buffer or from the rank's own shard.
+ * A plain GEMM is the schedule with nranks = 1, splits = 1 and no flags.
+ *
+ * Plain C11 (usable from host C code); the kernels live in gemm_engine.cu. */
+#ifndef AGMM_KERNELS_GEMM_ENGINE_H
+#define AGMM_KERNELS_GEMM_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#include "agmm.h"
+#include "kernels/dev_error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct agmm_gemm_plan agmm_gemm_plan;
+
+typedef struct {
+    /* Operands: device pointers, 16-byte aligned, caller-owned. May be NULL at plan time and
+     * given later with agmm_gemm_plan_set_ptrs (before the first run). */
+    const void *a;        /* gathered A: (nranks*m) x k bf16, row-major */
+    const void *a_local;  /* the rank's shard: m x k bf16, or NULL: local tiles read `a` */
+    const void *b;        /* k x n bf16 in b_layout */
+    void *c;              /* (nranks*m) x n bf16, row-major */
+    agmm_layout b_layout; /* COL_MAJOR: B^T is N x K contiguous; ROW_MAJOR: K x N (n % 8 == 0) */
+    int64_t m;            /* rows per rank (a plain GEMM: all rows, with nranks = 1) */
+    int64_t n, k;         /* n >= 1; k >= 8, k % 8 == 0 (16-byte rows for TMA) */
+    /* The schedule (core/schedule.h): plain GEMM nranks = 1, rank = 0, splits = 1. */
+    int nranks, rank, splits;
+    /* Waits. chunk_flags: nranks*splits uint32 device-visible words (flag id = src_rank*splits +
+     * split); a tile that reads `a` waits until its flag >= the run's epoch (wrap-safe compare),
+     * a tile that reads `a_local` never waits. NULL: no waits. dev_error: where an expired wait
+     * is recorded (host-mapped, required with flags; the caller clears it between runs: a
+     * non-zero record makes every wait give up at once); timeout_ns: the bound (0: 5 s). */
+    const uint32_t *chunk_flags;
+    agmm_dev_error *dev_error;
+    uint64_t timeout_ns;
+    int max_ctas;         /* SM budget for the persistent grid; 0: every SM of the device */
+    int config;           /* tile config index (agmm_gemm_config_name), -1: the policy picks */
+} agmm_gemm_desc;
+
+/* Validates desc, picks a tile config, encodes the TMA descriptors of the given pointers and
+ * sets the kernel's shared-memory limit. Not collective; no stream work; host-blocking only
+ * for attribute calls. On failure *out = NULL and err (if errlen > 0) names the reason.
+ * Statuses: AGMM_ERR_INVALID_ARG (shape, alignment, missing dev_error), AGMM_ERR_UNSUPPORTED
+ * (row-major B with n % 8 != 0, not an sm_90 device), AGMM_ERR_NO_MEMORY, AGMM_ERR_CUDA. */
+agmm_status agmm_gemm_plan_create(agmm_gemm_plan **out, const agmm_gemm_desc *desc, char *err, size_t errlen);
+
+/* Replaces operand pointers; a NULL argument keeps the current one (a plan made without
+ * a_local gains one: from then on local tiles read it). Re-encodes only the descriptors whose
+ * pointer changed: a host-only call of about a microsecond each, no device
+ * work; runs pass descriptors by value, so runs already enqueued are unaffected. */
+agmm_status agmm_gemm_plan_set_ptrs(agmm_gemm_plan *plan, const void *a, const void *a_local, const void *b,
+                                    void *c, char *err, size_t errlen);
+
+/* Enqueues one GEMM on `stream`. epoch: the value the chunk flags must reach (ignored without
+ * flags). Returns AGMM_ERR_CUDA if the launch fails, AGMM_ERR_INVALID_ARG if a pointer is
+ * still NULL. An expired wait does not fail the call: the kernel records it in dev_error,
+ * stops waiting, finishes (with whatever the late chunk held) and the caller reports it. */
+agmm_status agmm_gemm_run(agmm_gemm_plan *plan, uint32_t epoch, cudaStream_t stream);
+
+void agmm_gemm_plan_destroy(agmm_gemm_plan *plan);
+
+/* "128x256 s4 ctas=132 tiles=1024": what the plan runs (for logs and the lab). */
+const char *agmm_gemm_plan_describe(const agmm_gemm_plan *plan);
+
+/* The tile configs of the policy table: count, and a name such as "128x256x64/s4". */
+int agmm_gemm_num_configs(void);
+const char *agmm_gemm_config_name(int config);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* AGMM_KERNELS_GEMM_ENGINE_H */

@@ -1,0 +1,435 @@
+/* GPU tests of the GEMM engine (src/kernels/gemm_engine.h): results against an fp64 CPU
+ * reference on random bf16 data, outputs poisoned with NaN before every run, and the fused-path
+ * hooks (local tiles read from the shard, a flag never raised times out within its bound, flags
+ * raised before or during the run let it finish).
+ *
+ * Tolerance: relative Frobenius error <= 1e-2 over the checked rows (bf16 output rounding alone
+ * gives ~2e-3), and not a single NaN anywhere in C. Small and odd shapes check every element;
+ * the large benchmark shapes check 16 rows (first, last, the last row tile's, random ones)
+ * against fp64 and every element for NaN. */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda_runtime_api.h>
+
+#include "core/numeric.h"
+#include "harness.h"
+#include "kernels/gemm_engine.h"
+
+#define TOL 1e-2
+
+/* Random pools shared by every case: a shape uses a prefix of each as its A, B. */
+typedef struct {
+    uint16_t *h_a, *h_b, *h_c;
+    void *d_a, *d_b, *d_c;
+    size_t a_elems, b_elems, c_elems;
+} pools;
+
+static int cuda_ok(cudaError_t e, const char *what)
+{
+    if (e != cudaSuccess) {
+        agmm_check(0, "gemm_engine: %s: %s", what, cudaGetErrorString(e));
+        return 0;
+    }
+    return 1;
+}
+
+static void fill_random(uint16_t *x, size_t n, uint64_t seed)
+{
+    uint64_t st = seed;
+    for (size_t i = 0; i < n; i++) {
+        float v = agmm_rng_uniform(&st);
+        if (v == 0.0f)
+            v = 0.5f;
+        x[i] = agmm_f32_to_bf16(v);
+    }
+}
+
+static int pools_init(pools *p, size_t a_elems, size_t b_elems, size_t c_elems)
+{
+    memset(p, 0, sizeof *p);
+    p->a_elems = a_elems;
+    p->b_elems = b_elems;
+    p->c_elems = c_elems;
+    p->h_a = malloc(a_elems * 2);
+    p->h_b = malloc(b_elems * 2);
+    p->h_c = malloc(c_elems * 2);
+    if (!p->h_a || !p->h_b || !p->h_c)
+        return agmm_check(0, "gemm_engine: host allocation");
+    fill_random(p->h_a, a_elems, 0x1234);
+    fill_random(p->h_b, b_elems, 0x9876);
+    if (!cuda_ok(cudaMalloc(&p->d_a, a_elems * 2), "cudaMalloc A") ||
+        !cuda_ok(cudaMalloc(&p->d_b, b_elems * 2), "cudaMalloc B") ||
+        !cuda_ok(cudaMalloc(&p->d_c, c_elems * 2), "cudaMalloc C"))
+        return 0;
+    return cuda_ok(cudaMemcpy(p->d_a, p->h_a, a_elems * 2, cudaMemcpyHostToDevice), "upload A") &&
+           cuda_ok(cudaMemcpy(p->d_b, p->h_b, b_elems * 2, cudaMemcpyHostToDevice), "upload B");
+}
+
+static void pools_free(pools *p)
+{
+    free(p->h_a);
+    free(p->h_b);
+    free(p->h_c);
+    cudaFree(p->d_a);
+    cudaFree(p->d_b);
+    cudaFree(p->d_c);
+}
+
+static int poison(void *d, size_t elems)
+{
+    /* 0x7fc1 as two equal bytes is not possible: write the pattern with a host buffer. */
+    uint16_t *h = malloc(elems * 2);
+    if (!h)
+        return 0;
+    for (size_t i = 0; i < elems; i++)
+        h[i] = AGMM_POISON_BF16;
+    int ok = cuda_ok(cudaMemcpy(d, h, elems * 2, cudaMemcpyHostToDevice), "poison C");
+    free(h);
+    return ok;
+}
+
+/* fp64 reference of row i of C = A * B. */
+static void ref_row(const uint16_t *a, const uint16_t *b, agmm_layout lay, int64_t n, int64_t k, int64_t i, double *out)
+{
+    const uint16_t *ar = a + i * k;
+    for (int64_t j = 0; j < n; j++)
+        out[j] = 0;
+    if (lay == AGMM_LAYOUT_COL_MAJOR) {
+        for (int64_t j = 0; j < n; j++) {
+            const uint16_t *bc = b + j * k;
+            double s = 0;
+            for (int64_t kk = 0; kk < k; kk++)
+                s += (double)agmm_bf16_to_f32(ar[kk]) * agmm_bf16_to_f32(bc[kk]);
+            out[j] = s;
+        }
+    } else {
+        for (int64_t kk = 0; kk < k; kk++) {
+            double av = agmm_bf16_to_f32(ar[kk]);
+            const uint16_t *br = b + kk * n;
+            for (int64_t j = 0; j < n; j++)
+                out[j] += av * agmm_bf16_to_f32(br[j]);
+        }
+    }
+}
+
+/* Compares C (host copy) with the fp64 reference: all rows if rows <= full_rows, else a sample.
+ * Returns the relative Frobenius error (NAN if any element of C is NaN, counted in *nans). */
+static double check_c(const uint16_t *a, const uint16_t *b, agmm_layout lay, const uint16_t *c, int64_t rows,
+                      int64_t n, int64_t k, int64_t full_rows, int64_t *nans)
+{
+    *nans = 0;
+    for (int64_t i = 0; i < rows * n; i++)
+        if (isnan(agmm_bf16_to_f32(c[i])))
+            (*nans)++;
+    double *ref = malloc((size_t)n * sizeof *ref);
+    double num = 0, den = 0;
+    uint64_t st = (uint64_t)(rows * 131 + n * 7 + k);
+    int64_t nsample = rows <= full_rows ? rows : 16;
+    for (int64_t s = 0; s < nsample; s++) {
+        int64_t i;
+        if (rows <= full_rows)
+            i = s;
+        else if (s == 0)
+            i = 0;
+        else if (s == 1)
+            i = rows - 1;
+        else if (s == 2)
+            i = (rows - 1) / 128 * 128; /* first row of the last row tile */
+        else
+            i = (int64_t)(agmm_rng_next(&st) % (uint64_t)rows);
+        ref_row(a, b, lay, n, k, i, ref);
+        for (int64_t j = 0; j < n; j++) {
+            double d = agmm_bf16_to_f32(c[i * n + j]) - ref[j];
+            num += d * d;
+            den += ref[j] * ref[j];
+        }
+    }
+    free(ref);
+    if (*nans)
+        return NAN;
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* One plain GEMM rows x n x k on the pools' prefixes, checked against fp64. */
+static void run_plain(pools *p, int64_t rows, int64_t n, int64_t k, agmm_layout lay, int config, int64_t full_rows)
+{
+    const char *lname = lay == AGMM_LAYOUT_COL_MAJOR ? "col" : "row";
+    agmm_gemm_desc d = {0};
+    d.a = p->d_a;
+    d.b = p->d_b;
+    d.c = p->d_c;
+    d.b_layout = lay;
+    d.m = rows;
+    d.n = n;
+    d.k = k;
+    d.nranks = 1;
+    d.splits = 1;
+    d.config = config;
+    char err[256] = "";
+    agmm_gemm_plan *plan = NULL;
+    agmm_status st = agmm_gemm_plan_create(&plan, &d, err, sizeof err);
+    if (st != AGMM_SUCCESS) {
+        agmm_check(0, "gemm_engine plain %lldx%lldx%lld B-%s: plan: %s", (long long)rows, (long long)n, (long long)k,
+                   lname, err);
+        return;
+    }
+    int ok = poison(p->d_c, (size_t)(rows * n));
+    ok = ok && agmm_gemm_run(plan, 0, 0) == AGMM_SUCCESS;
+    ok = ok && cuda_ok(cudaDeviceSynchronize(), "gemm run");
+    ok = ok && cuda_ok(cudaMemcpy(p->h_c, p->d_c, (size_t)(rows * n) * 2, cudaMemcpyDeviceToHost), "download C");
+    int64_t nans = 0;
+    double rel = ok ? check_c(p->h_a, p->h_b, lay, p->h_c, rows, n, k, full_rows, &nans) : NAN;
+    agmm_check(ok && nans == 0 && rel <= TOL, "gemm_engine plain %lldx%lldx%lld B-%s [%s] rel=%.2e nans=%lld",
+               (long long)rows, (long long)n, (long long)k, lname, agmm_gemm_plan_describe(plan), rel,
+               (long long)nans);
+    agmm_gemm_plan_destroy(plan);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* The fused-path hooks on one shape: W = 4 ranks of m = 1000 rows (short tiles at every chunk
+ * end), splits = 2, seen from rank 1, a quarter of the SMs (as emulated ranks get). */
+static void test_hooks(pools *p, int sms)
+{
+    const int W = 4, rank = 1, splits = 2;
+    const int64_t m = 1000, n = 264, k = 200, rows = W * m;
+    const uint32_t epoch = 7;
+    const int nflags = W * splits;
+    uint16_t *h_gathered = malloc((size_t)(rows * k) * 2);
+    void *d_gathered = NULL, *d_flags = NULL;
+    agmm_dev_error *h_err = NULL, *d_err = NULL;
+    uint32_t *h_flags_mapped = NULL, *d_flags_mapped = NULL;
+    if (!h_gathered || !cuda_ok(cudaMalloc(&d_gathered, (size_t)(rows * k) * 2), "cudaMalloc gathered") ||
+        !cuda_ok(cudaMalloc(&d_flags, nflags * 4), "cudaMalloc flags") ||
+        !cuda_ok(cudaHostAlloc((void **)&h_err, sizeof *h_err, cudaHostAllocMapped), "cudaHostAlloc err") ||
+        !cuda_ok(cudaHostGetDevicePointer((void **)&d_err, h_err, 0), "err device pointer") ||
+        !cuda_ok(cudaHostAlloc((void **)&h_flags_mapped, nflags * 4, cudaHostAllocMapped), "cudaHostAlloc flags") ||
+        !cuda_ok(cudaHostGetDevicePointer((void **)&d_flags_mapped, h_flags_mapped, 0), "flags device pointer"))
+        goto out;
+
+    /* The true gathered A is the pool's prefix; the device copy has rank 1's block poisoned, so
+     * only a kernel that reads local tiles from the shard (the pool rows of block 1) is right. */
+    memcpy(h_gathered, p->h_a, (size_t)(rows * k) * 2);
+    for (int64_t i = rank * m * k; i < (rank + 1) * m * k; i++)
+        h_gathered[i] = AGMM_POISON_BF16;
+    if (!cuda_ok(cudaMemcpy(d_gathered, h_gathered, (size_t)(rows * k) * 2, cudaMemcpyHostToDevice), "upload"))
+        goto out;
+    const void *d_shard = (const uint16_t *)p->d_a + rank * m * k;
+
+    agmm_gemm_desc d = {0};
+    d.a = d_gathered;
+    d.a_local = d_shard;
+    d.b = p->d_b;
+    d.c = p->d_c;
+    d.b_layout = AGMM_LAYOUT_COL_MAJOR;
+    d.m = m;
+    d.n = n;
+    d.k = k;
+    d.nranks = W;
+    d.rank = rank;
+    d.splits = splits;
+    d.chunk_flags = d_flags;
+    d.dev_error = d_err;
+    d.timeout_ns = 20 * 1000 * 1000;
+    d.max_ctas = sms / W;
+    d.config = -1;
+
+    for (int c = -1; c < agmm_gemm_num_configs(); c++) {
+        /* (a) flags raised before launch, local tiles from the shard: right answer, no error. */
+        d.config = c;
+        char err[256] = "";
+        agmm_gemm_plan *plan = NULL;
+        if (agmm_gemm_plan_create(&plan, &d, err, sizeof err) != AGMM_SUCCESS) {
+            agmm_check(0, "gemm_engine hooks plan: %s", err);
+            goto out;
+        }
+        uint32_t flags[16];
+        for (int i = 0; i < nflags; i++)
+            flags[i] = epoch + (uint32_t)(i % 3); /* >= epoch: ready (some ahead, as after a later run) */
+        memset(h_err, 0, sizeof *h_err);
+        int ok = cuda_ok(cudaMemcpy(d_flags, flags, nflags * 4, cudaMemcpyHostToDevice), "flags") &&
+                 poison(p->d_c, (size_t)(rows * n)) && agmm_gemm_run(plan, epoch, 0) == AGMM_SUCCESS &&
+                 cuda_ok(cudaDeviceSynchronize(), "run") &&
+                 cuda_ok(cudaMemcpy(p->h_c, p->d_c, (size_t)(rows * n) * 2, cudaMemcpyDeviceToHost), "download");
+        int64_t nans = 0;
+        double rel = ok ? check_c(p->h_a, p->h_b, d.b_layout, p->h_c, rows, n, k, rows, &nans) : NAN;
+        agmm_check(ok && nans == 0 && rel <= TOL && h_err->code == AGMM_DEV_OK,
+                   "gemm_engine hooks W=%d rank=%d m=%lld splits=%d [%s]: local tiles from the shard, flags "
+                   "raised before launch: rel=%.2e nans=%lld err=%u",
+                   W, rank, (long long)m, splits, agmm_gemm_plan_describe(plan), rel, (long long)nans, h_err->code);
+        agmm_gemm_plan_destroy(plan);
+    }
+
+    {
+        /* (b) no shard: every tile reads the gathered buffer, here with block 1 intact. */
+        d.config = -1;
+        d.a = p->d_a;
+        d.a_local = NULL;
+        char err[256] = "";
+        agmm_gemm_plan *plan = NULL;
+        uint32_t flags[16];
+        for (int i = 0; i < nflags; i++)
+            flags[i] = epoch;
+        memset(h_err, 0, sizeof *h_err);
+        int ok = agmm_gemm_plan_create(&plan, &d, err, sizeof err) == AGMM_SUCCESS &&
+                 cuda_ok(cudaMemcpy(d_flags, flags, nflags * 4, cudaMemcpyHostToDevice), "flags") &&
+                 poison(p->d_c, (size_t)(rows * n)) && agmm_gemm_run(plan, epoch, 0) == AGMM_SUCCESS &&
+                 cuda_ok(cudaDeviceSynchronize(), "run") &&
+                 cuda_ok(cudaMemcpy(p->h_c, p->d_c, (size_t)(rows * n) * 2, cudaMemcpyDeviceToHost), "download");
+        int64_t nans = 0;
+        double rel = ok ? check_c(p->h_a, p->h_b, d.b_layout, p->h_c, rows, n, k, rows, &nans) : NAN;
+        agmm_check(ok && nans == 0 && rel <= TOL && h_err->code == AGMM_DEV_OK,
+                   "gemm_engine hooks W=%d: no shard, every tile from the gathered A: rel=%.2e nans=%lld %s", W, rel,
+                   (long long)nans, err);
+        agmm_gemm_plan_destroy(plan);
+    }
+
+    {
+        /* (c) chunk 5 (rank 2, split 1) never raised: the run ends within the bound, with the
+         * timeout recorded naming rank 1 waiting for chunk 5 of peer 2. */
+        d.a = d_gathered;
+        d.a_local = d_shard;
+        char err[256] = "";
+        agmm_gemm_plan *plan = NULL;
+        uint32_t flags[16];
+        for (int i = 0; i < nflags; i++)
+            flags[i] = i == 5 ? epoch - 1 : epoch;
+        memset(h_err, 0, sizeof *h_err);
+        int ok = agmm_gemm_plan_create(&plan, &d, err, sizeof err) == AGMM_SUCCESS &&
+                 cuda_ok(cudaMemcpy(d_flags, flags, nflags * 4, cudaMemcpyHostToDevice), "flags");
+        double t0 = now_s();
+        ok = ok && agmm_gemm_run(plan, epoch, 0) == AGMM_SUCCESS && cuda_ok(cudaDeviceSynchronize(), "run");
+        double dt = now_s() - t0;
+        agmm_check(ok && h_err->code == AGMM_DEV_TIMEOUT && h_err->chunk == 5 && h_err->peer == 2 &&
+                       h_err->rank == rank && h_err->wait == AGMM_WAIT_CHUNK && h_err->epoch == epoch &&
+                       h_err->seen == epoch - 1 && dt < 2.0,
+                   "gemm_engine hooks: a flag never raised times out (bound 20 ms) in %.3f s: code=%u rank=%d "
+                   "peer=%d chunk=%d epoch=%u seen=%u",
+                   dt, h_err->code, h_err->rank, h_err->peer, h_err->chunk, h_err->epoch, h_err->seen);
+        agmm_gemm_plan_destroy(plan);
+    }
+
+    {
+        /* (d) chunk 6 raised by the host 50 ms after launch (host-mapped flags): the kernel
+         * waits for it, then finishes with the right answer and no error. */
+        char err[256] = "";
+        agmm_gemm_plan *plan = NULL;
+        d.chunk_flags = d_flags_mapped;
+        d.timeout_ns = 5000ull * 1000 * 1000;
+        for (int i = 0; i < nflags; i++)
+            h_flags_mapped[i] = i == 6 ? epoch - 1 : epoch;
+        memset(h_err, 0, sizeof *h_err);
+        int ok = agmm_gemm_plan_create(&plan, &d, err, sizeof err) == AGMM_SUCCESS &&
+                 poison(p->d_c, (size_t)(rows * n)) && agmm_gemm_run(plan, epoch, 0) == AGMM_SUCCESS;
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        int still_running = cudaStreamQuery(0) == cudaErrorNotReady;
+        atomic_thread_fence(memory_order_seq_cst);
+        ((volatile uint32_t *)h_flags_mapped)[6] = epoch;
+        atomic_thread_fence(memory_order_seq_cst);
+        ok = ok && cuda_ok(cudaDeviceSynchronize(), "run") &&
+             cuda_ok(cudaMemcpy(p->h_c, p->d_c, (size_t)(rows * n) * 2, cudaMemcpyDeviceToHost), "download");
+        int64_t nans = 0;
+        double rel = ok ? check_c(p->h_a, p->h_b, d.b_layout, p->h_c, rows, n, k, rows, &nans) : NAN;
+        agmm_check(ok && still_running && nans == 0 && rel <= TOL && h_err->code == AGMM_DEV_OK,
+                   "gemm_engine hooks: chunk 6 raised 50 ms after launch: waited=%d rel=%.2e nans=%lld err=%u",
+                   still_running, rel, (long long)nans, h_err->code);
+        agmm_gemm_plan_destroy(plan);
+    }
+
+out:
+    free(h_gathered);
+    cudaFree(d_gathered);
+    cudaFree(d_flags);
+    cudaFreeHost(h_err);
+    cudaFreeHost(h_flags_mapped);
+}
+
+static void test_bad_args(pools *p)
+{
+    agmm_gemm_desc d = {0};
+    d.a = p->d_a;
+    d.b = p->d_b;
+    d.c = p->d_c;
+    d.m = 64;
+    d.n = 64;
+    d.k = 100;
+    d.nranks = 1;
+    d.splits = 1;
+    d.config = -1;
+    char err[256] = "";
+    agmm_gemm_plan *plan = NULL;
+    agmm_status st = agmm_gemm_plan_create(&plan, &d, err, sizeof err);
+    agmm_check(st == AGMM_ERR_INVALID_ARG && plan == NULL && strstr(err, "K=100"),
+               "gemm_engine rejects K=100 (not a multiple of 8): \"%s\"", err);
+    d.k = 64;
+    d.n = 100;
+    d.b_layout = AGMM_LAYOUT_ROW_MAJOR;
+    st = agmm_gemm_plan_create(&plan, &d, err, sizeof err);
+    agmm_check(st == AGMM_ERR_UNSUPPORTED && plan == NULL, "gemm_engine rejects row-major B with N=100: \"%s\"", err);
+}
+
+void test_gemm_engine(void)
+{
+    int ndev = 0, major = 0, sms = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        agmm_skip("gemm_engine: no GPU");
+        return;
+    }
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+    if (major != 9) {
+        agmm_skip("gemm_engine: needs an sm_90 GPU (found sm_%d0)", major);
+        return;
+    }
+    const char *quick = getenv("AGMM_GEMM_QUICK"); /* set: odd shapes and hooks only */
+    const int64_t max_rows = quick ? 4096 : 32768, max_nk = quick ? 2048 : 8192;
+    pools p;
+    if (!pools_init(&p, (size_t)(max_rows * max_nk), (size_t)(max_nk * max_nk), (size_t)(max_rows * max_nk)))
+        goto out;
+
+    test_bad_args(&p);
+
+    /* Odd shapes, every element against fp64, both layouts, the policy's pick. */
+    static const int64_t ms[] = {1, 127, 1000}, ns[] = {8, 264}, ks[] = {8, 72};
+    for (int lay = 0; lay < 2; lay++)
+        for (int i = 0; i < 3; i++)
+            for (int j = 0; j < 2; j++)
+                for (int l = 0; l < 2; l++)
+                    run_plain(&p, ms[i], ns[j], ks[l], (agmm_layout)lay, -1, 1 << 20);
+    /* Every tile config on shapes with M, N and K tails (K = 1032: a 64-wide block of 8). */
+    for (int c = 0; c < agmm_gemm_num_configs(); c++)
+        for (int lay = 0; lay < 2; lay++) {
+            run_plain(&p, 1000, 264, 72, (agmm_layout)lay, c, 1 << 20);
+            run_plain(&p, 777, 520, 1032, (agmm_layout)lay, c, 1 << 20);
+            run_plain(&p, 2048, 1000, 512, (agmm_layout)lay, c, 64);
+        }
+
+    test_hooks(&p, sms);
+
+    if (!quick) {
+        /* The benchmarked shapes: the seed's gathered GEMMs at W = 8 (rows = 8M, N = K = M),
+         * column-major B as the seed, row-major B on some; LLaMA-70B TP shapes. */
+        for (int64_t m = 256; m <= 4096; m += 128) {
+            run_plain(&p, 8 * m, m, m, AGMM_LAYOUT_COL_MAJOR, -1, 0);
+            if (m % 1024 == 0 || m == 640)
+                run_plain(&p, 8 * m, m, m, AGMM_LAYOUT_ROW_MAJOR, -1, 0);
+        }
+        run_plain(&p, 8192, 3584, 8192, AGMM_LAYOUT_COL_MAJOR, -1, 0);
+        run_plain(&p, 8192, 8192, 3584, AGMM_LAYOUT_COL_MAJOR, -1, 0);
+        run_plain(&p, 8192, 3584, 8192, AGMM_LAYOUT_ROW_MAJOR, -1, 0);
+    }
+out:
+    pools_free(&p);
+}
