@@ -18,7 +18,7 @@
 #include <cuda_runtime_api.h>
 
 #include "core/numeric.h"
-#include "harness.h"
+#include "../harness.h"
 #include "kernels/gemm_engine.h"
 
 #define TOL 1e-2
