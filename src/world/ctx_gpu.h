@@ -1,12 +1,11 @@
 /* The CUDA-side state of a rank's context (internal; world_gpu.c fills it). Host C code may
- * include this: only the CUDA runtime and cuBLASLt C headers are needed. */
+ * include this: only the CUDA runtime, cuBLASLt and NCCL C headers are needed (gpu_headers.h). */
 #ifndef AGMM_WORLD_CTX_GPU_H
 #define AGMM_WORLD_CTX_GPU_H
 
-#include <cuda_runtime_api.h>
-#include <cublasLt.h>
 #include <stdint.h>
 
+#include "gpu_headers.h"
 #include "../kernels/dev_error.h"
 #include "world.h"
 
@@ -23,11 +22,41 @@ struct agmm_ctx_gpu {
     uint64_t timeout_ns;               /* bound of every device-side wait */
     int num_sms;                       /* SMs of the device */
     int ranks_on_device;               /* local ranks sharing this device (emulated worlds) */
-    agmm_cu_stream_write_value32_fn write_value32;
+    agmm_cu_stream_write_value32_fn write_value32;  /* NULL where the driver lacks them */
     agmm_cu_stream_wait_value32_fn wait_value32;
+    cudaEvent_t last_run;              /* recorded by agmm_ctx_gpu_note_run on the caller's stream */
+    int last_run_recorded;
+    void *nccl_dev;                    /* ncclDevComm* (symm_lsa.cu); NULL without the window path */
+    int symm_nccl;                     /* 1: symmetric memory lives in NCCL windows (all ranks agree) */
 };
 
-/* Turns a recorded device timeout into AGMM_ERR_TIMEOUT in ctx->err; AGMM_SUCCESS if none. */
+/* Threading: a context's CUDA work is enqueued by the thread that created it (agmm_ctx_gpu_create
+ * made the rank's device current on that thread). Another thread must cudaSetDevice first.
+ *
+ * Ranks sharing a device (emulated worlds): a device-synchronising call (cudaMalloc, cudaFree,
+ * cudaHostAlloc, cudaDeviceSynchronize, anything on the legacy stream) waits for every rank's
+ * work, and a copy from or to pageable host memory can hold up other threads' CUDA calls, so
+ * neither may be made while a peer's run may be waiting in a barrier for this rank: it would
+ * stall both until the barrier's timeout (seen on the H200). The library makes such calls only where the
+ * ranks have just met (plan create/destroy, symmetric alloc/free); callers allocate before
+ * planning, copy through pinned host memory, and use one non-blocking stream per rank. */
+
+/* Turns a recorded device timeout into AGMM_ERR_TIMEOUT in ctx->err; AGMM_SUCCESS if none.
+ * The record is sticky: ranks are out of step after a missed wait, so every later run fails too. */
 agmm_status agmm_ctx_gpu_check_dev_error(agmm_ctx *ctx);
+
+/* Enqueues a cross-rank barrier on `stream` (collective, same order on every rank): returns on
+ * the device once every rank has reached its matching barrier, and every write enqueued before it
+ * on each rank's stream is visible to the others. Bounded by ctx->gpu->timeout_ns (a missing peer
+ * becomes AGMM_ERR_TIMEOUT at the next agmm_ctx_sync / agmm_plan_run). A no-op with one rank. */
+agmm_status agmm_ctx_gpu_barrier(agmm_ctx *ctx, cudaStream_t stream);
+
+/* Every backend's run ends with this: records the point agmm_ctx_sync waits for where ranks share
+ * a device (a device-wide sync there would also wait for peers' barriers that wait for us). */
+agmm_status agmm_ctx_gpu_note_run(agmm_ctx *ctx, cudaStream_t stream);
+
+/* Rejects the legacy default stream where ranks share a device: it serialises their streams, so
+ * a barrier would wait for a peer queued behind it. Use one non-blocking stream per rank there. */
+agmm_status agmm_ctx_gpu_check_stream(agmm_ctx *ctx, cudaStream_t stream);
 
 #endif

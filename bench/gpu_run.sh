@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# The one script for the GPU machine: takes a prebuilt tree (or builds one where it is missing and
+# nvcc exists), runs the GPU tests and the benchmark, and writes logs and CSVs under $OUT, with a
+# short table last. GPU time is scarce and a machine's start is slow: one call does all of it.
+#
+#   bench/gpu_run.sh [BUILD_DIR]          default BUILD_DIR: build
+#
+# Environment: OUT (default ./out), GPUTEST_FILTER (a case-name filter for agmm-gputest),
+# AGMM_GPUTEST_PERF (default 1: the ce-vs-nccl timing case), SKIP_BENCH=1, BENCH_ARGS (extra
+# agmm-bench options for every sweep), STEP_TIMEOUT (seconds per step, default 240).
+#
+# NCCL: the device API reads structs the library fills, so the library must match the headers we
+# built with (2.28.9). On the GPU machine the system NCCL is 2.28.3; the PyTorch wheel holds 2.28.9.
+set -u -o pipefail
+BUILD=${1:-build}
+OUT=${OUT:-$PWD/out}
+STEP_TIMEOUT=${STEP_TIMEOUT:-240}
+mkdir -p "$OUT"
+SUMMARY=$OUT/summary.txt
+: >"$SUMMARY"
+
+# Never NVLink multicast (gpu-machine.md): kept for every program started from here.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# Emulated ranks bring two streams each: enough hardware queues that none alias (world_gpu.c).
+export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-32}
+
+NCCL_PKG=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null || true)
+if [ -n "$NCCL_PKG" ] && [ -e "$NCCL_PKG/lib/libnccl.so.2" ]; then
+    export LD_LIBRARY_PATH=$NCCL_PKG/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    echo "NCCL from the PyTorch wheel: $NCCL_PKG/lib" | tee -a "$SUMMARY"
+else
+    echo "NCCL: no PyTorch wheel NCCL found; using the default search path" | tee -a "$SUMMARY"
+fi
+
+{ nvidia-smi; nvidia-smi topo -m; } >"$OUT/nvidia-smi.txt" 2>&1 || echo "nvidia-smi failed" >>"$OUT/nvidia-smi.txt"
+head -20 "$OUT/nvidia-smi.txt"
+
+if [ ! -x "$BUILD/agmm-gputest" ] || [ ! -x "$BUILD/agmm-bench" ]; then
+    if command -v nvcc >/dev/null; then
+        echo "building into $BUILD"
+        make BUILD="$BUILD" -j"$(nproc)" "$BUILD/agmm-gputest" "$BUILD/agmm-bench" >"$OUT/build.log" 2>&1 ||
+            echo "build failed: see build.log" | tee -a "$SUMMARY"
+    else
+        echo "no prebuilt $BUILD and no nvcc: nothing to run" | tee -a "$SUMMARY"
+    fi
+fi
+
+step() { # step NAME LOG command...: runs one bounded step, logs it, records its exit status
+    local name=$1 log=$2
+    shift 2
+    echo "== $name: $*" | tee -a "$log"
+    local t0=$SECONDS
+    timeout "$STEP_TIMEOUT" "$@" 2>&1 | tee -a "$log"
+    local rc=${PIPESTATUS[0]}
+    printf '%-34s rc=%-3s %4ss\n' "$name" "$rc" "$((SECONDS - t0))" >>"$SUMMARY"
+}
+
+if [ -x "$BUILD/agmm-gputest" ]; then
+    AGMM_GPUTEST_PERF=${AGMM_GPUTEST_PERF:-1} step gputest "$OUT/gputest.log" \
+        "$BUILD/agmm-gputest" ${GPUTEST_FILTER:-}
+fi
+
+if [ -x "$BUILD/agmm-bench" ] && [ "${SKIP_BENCH:-0}" != 1 ]; then
+    B="$BUILD/agmm-bench"
+    step "bench ag_matmul W=1" "$OUT/bench.log" $B --op ag_matmul --world gpu --ranks 1 \
+        --csv "$OUT/ag_matmul_w1.csv" ${BENCH_ARGS:-}
+    step "bench all_reduce W=1" "$OUT/bench.log" $B --op all_reduce --world gpu --ranks 1 \
+        --csv "$OUT/all_reduce_w1.csv" ${BENCH_ARGS:-}
+    step "bench ag_matmul emulated W=4 check" "$OUT/bench.log" $B --op ag_matmul --world emulated --ranks 4 \
+        --shapes 256:640:128 --splits 2 --check ${BENCH_ARGS:-}
+fi
+
+echo
+echo "==================== summary ===================="
+cat "$SUMMARY"
+if [ -f "$OUT/gputest.log" ]; then
+    grep -E '^(FAIL|SKIP)' "$OUT/gputest.log" | head -20
+    sed -n '/shape (M=N=K)/,/^PASS\|^FAIL/p' "$OUT/gputest.log" | grep -v '^PASS\|^FAIL' | head -40
+    tail -1 "$OUT/gputest.log"
+fi
+# ce vs nccl at W = 1 from the benchmark's CSV (median us; issue 5's bar: ce <= 1.03 x nccl).
+if [ -f "$OUT/ag_matmul_w1.csv" ]; then
+    echo "-- ag_matmul W=1 (agmm-bench medians, us)"
+    awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+        { key = $col["m"] "," $col["n"] "," $col["k"]; if (!(key in seen)) { seen[key] = 1; order[++n] = key }
+          t[key, $col["backend"]] = ($col["state"] == "ok") ? $col["median_us"] : "-" }
+        END { printf "%-18s %10s %10s %10s %8s\n", "M,N,K", "nccl", "ce", "fused", "ce/nccl"
+              for (i = 1; i <= n; i++) { k = order[i]; r = (t[k, "nccl"] > 0 && t[k, "ce"] > 0) ? t[k, "ce"] / t[k, "nccl"] : 0
+                  printf "%-18s %10s %10s %10s %8.3f\n", k, t[k, "nccl"], t[k, "ce"], ((k, "fused") in t) ? t[k, "fused"] : "-", r } }' \
+        "$OUT/ag_matmul_w1.csv"
+fi
+exit 0

@@ -1,0 +1,137 @@
+/* The cuBLASLt wrapper of gemm_lt.h. */
+#ifdef AGMM_HAVE_CUDA
+#include "gemm_lt.h"
+
+#include <stdlib.h>
+
+#include "../world/ctx_gpu.h"
+#include "../world/gpu_check.h"
+
+struct agmm_gemm_lt {
+    cublasLtHandle_t lt;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t lay_b, lay_a, lay_c;
+    cublasLtMatmulAlgo_t algo;
+    size_t workspace_bytes;
+    int64_t rows, n, k;
+};
+
+agmm_status agmm_ag_matmul_check_io(agmm_ctx *ctx, const agmm_io *io)
+{
+    if (((uintptr_t)io->b | (uintptr_t)io->a_gathered | (uintptr_t)io->c) % 16 != 0)
+        return AGMM_FAIL(&ctx->err, AGMM_ERR_INVALID_ARG,
+                         "io->b=%p, io->a_gathered=%p and io->c=%p must be 16-byte aligned", io->b, io->a_gathered,
+                         io->c);
+    return AGMM_SUCCESS;
+}
+
+unsigned agmm_gemm_lt_align(uint64_t bytes)
+{
+    unsigned a = 16;
+    while (a > 1 && bytes % a != 0)
+        a /= 2;
+    return a;
+}
+
+agmm_status agmm_gemm_lt_create(agmm_gemm_lt **out, cublasLtHandle_t lt, int64_t rows, int64_t n, int64_t k,
+                                agmm_layout b_layout, unsigned align_bytes, size_t workspace_bytes,
+                                agmm_error *err)
+{
+    agmm_status st = AGMM_SUCCESS;
+    cublasLtMatmulPreference_t pref = NULL;
+    *out = NULL;
+    agmm_gemm_lt *g = calloc(1, sizeof *g);
+    if (g == NULL)
+        return AGMM_FAIL(err, AGMM_ERR_NO_MEMORY, "GEMM plan allocation failed");
+    g->lt = lt;
+    g->workspace_bytes = workspace_bytes;
+    g->rows = rows;
+    g->n = n;
+    g->k = k;
+    cublasOperation_t op_b = b_layout == AGMM_LAYOUT_COL_MAJOR ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t op_a = CUBLAS_OP_N;
+    AGMM_LT_TRY(st, err, cublasLtMatmulDescCreate(&g->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    AGMM_LT_TRY(st, err, cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_b, sizeof op_b));
+    AGMM_LT_TRY(st, err, cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_a, sizeof op_a));
+    if (b_layout == AGMM_LAYOUT_COL_MAJOR)
+        AGMM_LT_TRY(st, err, cublasLtMatrixLayoutCreate(&g->lay_b, CUDA_R_16BF, (uint64_t)k, (uint64_t)n, k));
+    else
+        AGMM_LT_TRY(st, err, cublasLtMatrixLayoutCreate(&g->lay_b, CUDA_R_16BF, (uint64_t)n, (uint64_t)k, n));
+    AGMM_LT_TRY(st, err, cublasLtMatrixLayoutCreate(&g->lay_a, CUDA_R_16BF, (uint64_t)k, (uint64_t)rows, k));
+    AGMM_LT_TRY(st, err, cublasLtMatrixLayoutCreate(&g->lay_c, CUDA_R_16BF, (uint64_t)n, (uint64_t)rows, n));
+
+    AGMM_LT_TRY(st, err, cublasLtMatmulPreferenceCreate(&pref));
+    AGMM_LT_TRY(st, err, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                              &workspace_bytes, sizeof workspace_bytes));
+    /* cuBLASLt assumes 256-byte aligned pointers unless told: chunk pointers into C and A are less. */
+    uint32_t align_b = 16, align_ac = align_bytes;
+    AGMM_LT_TRY(st, err, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                              &align_b, sizeof align_b));
+    AGMM_LT_TRY(st, err, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                              &align_ac, sizeof align_ac));
+    AGMM_LT_TRY(st, err, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                              &align_ac, sizeof align_ac));
+    AGMM_LT_TRY(st, err, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                              &align_ac, sizeof align_ac));
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    AGMM_LT_TRY(st, err,
+                cublasLtMatmulAlgoGetHeuristic(lt, g->desc, g->lay_b, g->lay_a, g->lay_c, g->lay_c, pref, 1, &res,
+                                               &found));
+    if (found < 1 || res.state != CUBLAS_STATUS_SUCCESS) {
+        st = AGMM_FAIL(err, AGMM_ERR_CUBLAS,
+                       "cuBLASLt has no bf16 algorithm for C(%lld x %lld) = A(%lld x %lld) * B (%s, %u-byte aligned "
+                       "A/C pointers)",
+                       (long long)rows, (long long)n, (long long)rows, (long long)k,
+                       b_layout == AGMM_LAYOUT_COL_MAJOR ? "column-major" : "row-major", align_bytes);
+        goto fail;
+    }
+    g->algo = res.algo;
+    cublasLtMatmulPreferenceDestroy(pref);
+    *out = g;
+    return AGMM_SUCCESS;
+fail:
+    if (pref)
+        cublasLtMatmulPreferenceDestroy(pref);
+    agmm_gemm_lt_destroy(g);
+    return st;
+}
+
+agmm_status agmm_gemm_lt_run(const agmm_gemm_lt *g, const void *a, const void *b, void *c, void *workspace,
+                             cudaStream_t stream, agmm_error *err)
+{
+    agmm_status st = AGMM_SUCCESS;
+    const float one = 1.0f, zero = 0.0f;
+    AGMM_LT_TRY(st, err,
+                cublasLtMatmul(g->lt, g->desc, &one, b, g->lay_b, a, g->lay_a, &zero, c, g->lay_c, c, g->lay_c,
+                               &g->algo, workspace, g->workspace_bytes, stream));
+fail:
+    return st;
+}
+
+agmm_status agmm_gemm_lt_warm(const agmm_gemm_lt *g, const void *a, const void *b, void *c, void *workspace,
+                              cudaStream_t stream, agmm_error *err)
+{
+    agmm_status st = agmm_gemm_lt_run(g, a, b, c, workspace, stream, err);
+    if (st != AGMM_SUCCESS)
+        return st;
+    AGMM_CUDA_TRY(st, err, cudaStreamSynchronize(stream));
+fail:
+    return st;
+}
+
+void agmm_gemm_lt_destroy(agmm_gemm_lt *g)
+{
+    if (g == NULL)
+        return;
+    if (g->lay_c)
+        cublasLtMatrixLayoutDestroy(g->lay_c);
+    if (g->lay_a)
+        cublasLtMatrixLayoutDestroy(g->lay_a);
+    if (g->lay_b)
+        cublasLtMatrixLayoutDestroy(g->lay_b);
+    if (g->desc)
+        cublasLtMatmulDescDestroy(g->desc);
+    free(g);
+}
+#endif /* AGMM_HAVE_CUDA */

@@ -1,0 +1,52 @@
+/* A small cuBLASLt wrapper for the row-major GEMMs of the nccl and ce backends (internal):
+ *   C (rows x n, row-major bf16) = A (rows x k, row-major bf16) * B (k x n in b_layout),
+ * fp32 accumulation, alpha 1, beta 0. Everything cuBLASLt needs is made at plan time
+ * (descriptors, layouts, the heuristic's pick); agmm_gemm_lt_run only enqueues the product.
+ *
+ * In cuBLAS (column-major) terms C^T = B^T A^T: m = n, n = rows, k = k; the first operand is
+ * the B buffer (COL_MAJOR: B^T is N x K contiguous = K x N column-major with ld = K, op T;
+ * ROW_MAJOR: a K x N row-major B is B^T column-major with ld = N, op N), the second the A
+ * buffer (K x rows column-major, ld = K, op N), and C is n x rows column-major with ld = n. */
+#ifndef AGMM_OPS_GEMM_LT_H
+#define AGMM_OPS_GEMM_LT_H
+
+#include <stdint.h>
+
+#include "agmm.h"
+#include "../core/error.h"
+#include "../world/gpu_headers.h"
+
+/* What a plan gives cuBLASLt for scratch: the size cuBLAS recommends on Hopper. */
+#define AGMM_GEMM_LT_WORKSPACE_BYTES ((size_t)32 << 20)
+
+typedef struct agmm_gemm_lt agmm_gemm_lt;
+
+/* Plans one GEMM shape. align_bytes (a power of two, 2..16) is the alignment every A and C
+ * pointer given to run will have; B pointers must be 16-byte aligned. workspace_bytes is the
+ * size of the workspace run will get. Statuses: AGMM_ERR_CUBLAS (incl. no algorithm found). */
+agmm_status agmm_gemm_lt_create(agmm_gemm_lt **out, cublasLtHandle_t lt, int64_t rows, int64_t n, int64_t k,
+                                agmm_layout b_layout, unsigned align_bytes, size_t workspace_bytes,
+                                agmm_error *err);
+/* Enqueues the product on stream. workspace: device memory of the planned size, used by one
+ * stream at a time. */
+agmm_status agmm_gemm_lt_run(const agmm_gemm_lt *g, const void *a, const void *b, void *c, void *workspace,
+                             cudaStream_t stream, agmm_error *err);
+/* NULL-safe. */
+void agmm_gemm_lt_destroy(agmm_gemm_lt *g);
+
+/* Runs g once on scratch data (a: rows x k, b: k x n, c: rows x n device buffers) and waits, so
+ * that CUDA's lazy loading brings its kernel in now. Where ranks share a GPU, loading a kernel
+ * during a run may wait for the whole context, including a peer's barrier that waits for this
+ * rank: plans that can meet that call this at plan time. */
+agmm_status agmm_gemm_lt_warm(const agmm_gemm_lt *g, const void *a, const void *b, void *c, void *workspace,
+                              cudaStream_t stream, agmm_error *err);
+
+/* The largest power of two <= 16 that divides `bytes` (the alignment of base + bytes when base
+ * is 16-byte aligned). */
+unsigned agmm_gemm_lt_align(uint64_t bytes);
+
+/* Shared by the ag_matmul backends built on this wrapper: io->b, io->a_gathered and io->c must be
+ * 16-byte aligned (what their GEMMs were planned for), else AGMM_ERR_INVALID_ARG in ctx. */
+agmm_status agmm_ag_matmul_check_io(agmm_ctx *ctx, const agmm_io *io);
+
+#endif

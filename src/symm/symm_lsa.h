@@ -1,0 +1,29 @@
+/* The NCCL device-API pieces the window implementation needs (symm_lsa.cu), behind a C API:
+ * nccl_device.h is C++ only, so C code holds the device communicator as an opaque pointer. */
+#ifndef AGMM_SYMM_LSA_H
+#define AGMM_SYMM_LSA_H
+
+#include <cuda_runtime_api.h>
+#include "../world/gpu_headers.h"
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Creates the device communicator of `comm` (collective over comm). Checks what agmm relies on:
+ * no multicast handle, one LSA team spanning the world (one node) with lsaRank == rank.
+ * Returns ncclSuccess and *devcomm, or an error with `why` (why_len bytes) saying what failed;
+ * then nothing is left allocated. */
+ncclResult_t agmm_lsa_devcomm_create(ncclComm_t comm, void **devcomm, char *why, size_t why_len);
+/* Local; NULL-safe. */
+void agmm_lsa_devcomm_destroy(ncclComm_t comm, void *devcomm);
+
+/* Enqueues a one-block kernel writing ncclGetLsaPointer(win, 0, p) into d_table[p], p < nranks
+ * (<= 64): every rank's buffer of this window in NCCL's flat address space. */
+cudaError_t agmm_lsa_resolve_peers(ncclWindow_t win, void **d_table, int nranks, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

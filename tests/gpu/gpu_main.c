@@ -1,0 +1,61 @@
+/* agmm-gputest: the GPU tests. Without a visible GPU it says so loudly and exits 0 with the
+ * summary line, so CI machines without GPUs pass through. `agmm-gputest [filter]` runs the cases
+ * whose name contains filter. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <cuda_runtime_api.h>
+#include "world/gpu_headers.h"
+
+#include "gpu_tests.h"
+#include "../harness.h"
+
+static void gemm_engine(void)
+{
+    if (test_gemm_engine)
+        test_gemm_engine();
+    else
+        agmm_skip("gemm_engine: tests/gpu/test_gemm_engine.c is not in this build");
+}
+
+static void all_reduce_gpu(void)
+{
+    if (test_all_reduce_gpu)
+        test_all_reduce_gpu();
+    else
+        agmm_skip("all_reduce_gpu: tests/gpu/test_all_reduce.c is not in this build");
+}
+
+static const agmm_test_case cases[] = {
+    {"world_nccl_one", test_world_nccl_one},
+    {"world_emulated", test_world_emulated},
+    {"world_barrier_timeout", test_world_barrier_timeout},
+    {"ag_matmul_w1", test_ag_matmul_w1},
+    {"ag_matmul_ce_emulated", test_ag_matmul_ce_emulated},
+    {"ag_matmul_nccl_skipped", test_ag_matmul_nccl_skipped},
+    {"ag_matmul_ce_timeout", test_ag_matmul_ce_timeout},
+    {"all_reduce_nccl_w1", test_all_reduce_nccl_w1},
+    {"gemm_engine", gemm_engine},
+    {"all_reduce_gpu", all_reduce_gpu},
+    {"ag_matmul_perf_w1", test_ag_matmul_perf_w1},
+};
+
+int main(int argc, char **argv)
+{
+    int ndev = 0;
+    cudaError_t e = cudaGetDeviceCount(&ndev);
+    if (e != cudaSuccess || ndev == 0) {
+        agmm_skip("no GPU visible (%s): the GPU tests did not run",
+                  e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount found 0 devices");
+        return agmm_test_summary();
+    }
+    struct cudaDeviceProp prop;
+    int nccl = 0;
+    cudaGetDeviceProperties(&prop, 0);
+    ncclGetVersion(&nccl);
+    printf("agmm-gputest: %d x %s (sm_%d%d, %d SMs); NCCL library %d, headers %d; NCCL_NVLS_ENABLE=%s\n", ndev,
+           prop.name, prop.major, prop.minor, prop.multiProcessorCount, nccl, NCCL_VERSION_CODE,
+           getenv("NCCL_NVLS_ENABLE") ? getenv("NCCL_NVLS_ENABLE") : "(unset: agmm sets 0)");
+    fflush(stdout);
+    return agmm_test_main(cases, (int)(sizeof cases / sizeof cases[0]), argc > 1 ? argv[1] : NULL);
+}
