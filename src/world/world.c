@@ -91,7 +91,7 @@ agmm_status agmm_world_create(agmm_world **out, const agmm_world_config *config,
             for (int i = 0; i < w->nlocal; i++)
                 w->device_of[i] = -1;
             snprintf(w->describe, sizeof w->describe,
-                     "device: CPU (no usable GPU: %.300s); %d ranks as threads, host memory as symmetric memory",
+                     "device: CPU (%.300s); %d ranks as threads, host memory as symmetric memory",
                      why, w->nranks);
         }
     }

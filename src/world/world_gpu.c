@@ -284,13 +284,16 @@ agmm_status agmm_ctx_gpu_check_dev_error(agmm_ctx *ctx)
     const volatile agmm_dev_error *e = ctx->gpu->err_host;
     if (e->code == AGMM_DEV_OK)
         return AGMM_SUCCESS;
-    char chunk[32] = "";
     if (e->wait == AGMM_WAIT_CHUNK)
-        snprintf(chunk, sizeof chunk, " %d", (int)e->chunk);
+        return AGMM_FAIL(&ctx->err, AGMM_ERR_TIMEOUT,
+                         "rank %d: timed out after %.3g s waiting for chunk %d of the gathered A (rank %d's rows; "
+                         "epoch %u, flag read %u): its copy never landed",
+                         (int)e->rank, ctx->world->timeout_s, (int)e->chunk, (int)e->peer, (unsigned)e->epoch,
+                         (unsigned)e->seen);
     return AGMM_FAIL(&ctx->err, AGMM_ERR_TIMEOUT,
-                     "rank %d: timed out after %.3g s in %s%s waiting for rank %d (epoch %u, last saw %u): the "
+                     "rank %d: timed out after %.3g s in %s waiting for rank %d (epoch %u, last saw %u): the "
                      "peer never arrived",
-                     (int)e->rank, ctx->world->timeout_s, wait_name(e->wait), chunk, (int)e->peer, (unsigned)e->epoch,
+                     (int)e->rank, ctx->world->timeout_s, wait_name(e->wait), (int)e->peer, (unsigned)e->epoch,
                      (unsigned)e->seen);
 }
 

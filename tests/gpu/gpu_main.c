@@ -34,6 +34,8 @@ static const agmm_test_case cases[] = {
     {"ag_matmul_ce_emulated", test_ag_matmul_ce_emulated},
     {"ag_matmul_nccl_skipped", test_ag_matmul_nccl_skipped},
     {"ag_matmul_ce_timeout", test_ag_matmul_ce_timeout},
+    {"ag_matmul_fused_late_chunk", test_fused_waits_for_late_chunk},
+    {"ag_matmul_fused_chunk_timeout", test_fused_chunk_timeout},
     {"all_reduce_nccl_w1", test_all_reduce_nccl_w1},
     {"gemm_engine", gemm_engine},
     {"all_reduce_gpu", all_reduce_gpu},

@@ -18,6 +18,10 @@ void test_ag_matmul_ce_emulated(void);
 void test_ag_matmul_nccl_skipped(void);
 void test_ag_matmul_ce_timeout(void);
 void test_all_reduce_nccl_w1(void);
+/* test_fused.c: the fused backend's per-chunk waits (a late chunk is waited for; a chunk past the
+ * bound ends in a timeout naming it). */
+void test_fused_waits_for_late_chunk(void);
+void test_fused_chunk_timeout(void);
 /* Timing at W = 1 of ce against nccl on the seed shapes; runs only with AGMM_GPUTEST_PERF=1. */
 void test_ag_matmul_perf_w1(void);
 

@@ -1,4 +1,4 @@
-/* GPU tests of the ag_matmul backends `nccl` and `ce`, and the all_reduce `nccl` backends.
+/* GPU tests of the ag_matmul backends `nccl`, `ce` and `fused`, and the all_reduce `nccl` backends.
  *
  * Each ag_matmul case runs two calls on every rank with fresh inputs (A, then -A) and outputs
  * poisoned with NaN before each: the gathered A must equal the shards bit for bit; C is compared
@@ -284,6 +284,8 @@ void test_ag_matmul_w1(void)
         }
         uint16_t *c_nccl = mm_case(w, AGMM_BACKEND_NCCL, &shapes[i], &in, 1);
         uint16_t *c_ce = mm_case(w, AGMM_BACKEND_CE, &shapes[i], &in, 1);
+        /* fused runs our GEMM engine: checked against the reference inside mm_case. */
+        mm_case(w, AGMM_BACKEND_FUSED, &shapes[i], &in, 0);
         if (c_nccl && c_ce) {
             int64_t count = shapes[i].m * shapes[i].n;
             int64_t bad = agmm_ref_first_mismatch(c_ce, c_nccl, count, 2);
@@ -317,6 +319,7 @@ void test_ag_matmul_ce_emulated(void)
                 continue;
             }
             mm_case(w, AGMM_BACKEND_CE, &shapes[i], &in, 0);
+            mm_case(w, AGMM_BACKEND_FUSED, &shapes[i], &in, 0);
             inputs_free(&in);
         }
         agmm_world_destroy(w);
