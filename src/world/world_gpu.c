@@ -60,6 +60,12 @@ agmm_status agmm_world_gpu_create(agmm_world *w, const agmm_world_config *cfg, a
      * barrier never starts, so an emulated world of 8 ran into its timeouts (seen on the H200).
      * 32 is CUDA's maximum; a value the user set is kept. */
     setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+    /* Likewise: a kernel loaded lazily, at its first launch, may wait for the whole context, and
+     * where ranks share a GPU that context holds a peer's barrier spinning until we arrive (seen:
+     * the first launch of a rank's copy-delay kernel stalled it past its peers' timeout). Emulated
+     * worlds load every kernel when the context starts. */
+    if (cfg->kind == AGMM_WORLD_EMULATED)
+        setenv("CUDA_MODULE_LOADING", "EAGER", 0);
     int ndev = 0;
     cudaError_t ce = cudaGetDeviceCount(&ndev);
     if (ce != cudaSuccess) {

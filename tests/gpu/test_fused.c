@@ -3,6 +3,7 @@
  * and a chunk that lands after the bound ends in a timeout naming the rank and the chunk. The
  * correctness sweep over worlds and shapes is in test_ag_matmul.c (with nccl and ce). */
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 #include "../harness.h"
 
 typedef struct {
+    pthread_barrier_t ready;   /* every rank has allocated and uploaded before any rank runs */
     int nranks;
     int64_t m, n, k;
     int splits;
@@ -52,6 +54,7 @@ static agmm_status delay_rank(agmm_ctx *ctx, void *arg)
     j->status[rank] = st;
     if (st != AGMM_SUCCESS) {
         snprintf(j->msg[rank], sizeof j->msg[rank], "plan: %s", agmm_last_error(ctx));
+        pthread_barrier_wait(&j->ready);
         return AGMM_SUCCESS;
     }
     size_t shard = (size_t)(j->m * j->k);
@@ -64,6 +67,7 @@ static agmm_status delay_rank(agmm_ctx *ctx, void *arg)
         cudaMalloc(&d_c, c * 2) != cudaSuccess) {
         j->status[rank] = AGMM_ERR_NO_MEMORY;
         snprintf(j->msg[rank], sizeof j->msg[rank], "allocation failed");
+        pthread_barrier_wait(&j->ready);
         goto done;
     }
     agmm_gpu_fused_set_copy_delay(plan, chunk, j->delay_ns);
@@ -72,6 +76,9 @@ static agmm_status delay_rank(agmm_ctx *ctx, void *arg)
     cudaMemsetAsync(d_ag, 0xff, ag * 2, s); /* NaN: a tile that reads before its chunk lands shows */
     cudaMemsetAsync(d_c, 0xff, c * 2, s);
     cudaStreamSynchronize(s);
+    /* Nobody allocates or copies from pageable memory once a peer's run may be spinning on a
+     * shared GPU (ctx_gpu.h's rule for emulated worlds). */
+    pthread_barrier_wait(&j->ready);
     agmm_io io = {.b = d_b, .a_gathered = d_ag, .c = d_c};
     double t0 = now_s();
     st = agmm_plan_run(plan, &io, s);
@@ -128,8 +135,11 @@ static int run_delay_job(delay_job *j, int W, double timeout_s)
     j->c_ref = c_ref;
     agmm_world *w = gpu_test_world(AGMM_WORLD_EMULATED, W, timeout_s);
     int ok = w != NULL;
-    if (ok)
+    if (ok) {
+        pthread_barrier_init(&j->ready, NULL, (unsigned)W);
         agmm_world_run(w, delay_rank, j);
+        pthread_barrier_destroy(&j->ready);
+    }
     agmm_world_destroy(w);
     free(a);
     free(b);
