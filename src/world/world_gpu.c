@@ -63,7 +63,8 @@ agmm_status agmm_world_gpu_create(agmm_world *w, const agmm_world_config *cfg, a
     /* Likewise: a kernel loaded lazily, at its first launch, may wait for the whole context, and
      * where ranks share a GPU that context holds a peer's barrier spinning until we arrive (seen:
      * the first launch of a rank's copy-delay kernel stalled it past its peers' timeout). Emulated
-     * worlds load every kernel when the context starts. */
+     * worlds load every kernel when the context starts; a program that started CUDA before
+     * creating the world must set CUDA_MODULE_LOADING=EAGER itself. */
     if (cfg->kind == AGMM_WORLD_EMULATED)
         setenv("CUDA_MODULE_LOADING", "EAGER", 0);
     int ndev = 0;

@@ -44,6 +44,11 @@ static const agmm_test_case cases[] = {
 
 int main(int argc, char **argv)
 {
+    /* Before the first CUDA call: the emulated worlds here share one GPU, and a kernel loaded
+     * lazily at its first launch waits for the whole context, where a peer's kernel may be
+     * spinning until this rank arrives (world_gpu.c sets the same, but CUDA starts right below). */
+    setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
     int ndev = 0;
     cudaError_t e = cudaGetDeviceCount(&ndev);
     if (e != cudaSuccess || ndev == 0) {
