@@ -534,7 +534,7 @@ void test_cpu_auto_backend(void)
                    !agmm_backend_available(world, AGMM_BACKEND_NCCL_PLAIN, 1),
                "CPU world: fused and two_shot available, nccl_plain not");
     agmm_world_destroy(world);
-    agmm_check(res[0].mm == AGMM_BACKEND_FUSED && res[1].mm == AGMM_BACKEND_FUSED &&
+    agmm_check(res[0].mm == AGMM_BACKEND_CE && res[1].mm == AGMM_BACKEND_CE &&
                    res[0].ar == AGMM_BACKEND_ONE_SHOT && res[1].ar == AGMM_BACKEND_ONE_SHOT,
                "CPU world W=2: auto resolves to ag_matmul/%s and all_reduce/%s on every rank",
                agmm_backend_name(res[0].mm), agmm_backend_name(res[0].ar));
