@@ -23,27 +23,6 @@ typedef struct {
     int64_t nvec;        /* 16-byte vectors of the message, the last possibly partial */
 } one_shot_impl;
 
-/* The most blocks every rank may spin with: its share of its device's SMs, agreed (the minimum)
- * over the world, because block b of every rank meets block b of every other. Collective. */
-static agmm_status agreed_max_blocks(agmm_ctx *ctx, int *out)
-{
-    int per_device = ctx->gpu->ranks_on_device > 0 ? ctx->gpu->ranks_on_device : 1;
-    int mine = ctx->gpu->num_sms / per_device;
-    if (mine < 1)
-        mine = 1;
-    int all[AGMM_MAX_RANKS];
-    for (int r = 0; r < AGMM_MAX_RANKS; r++)
-        all[r] = mine;
-    agmm_status st = agmm_world_exchange(ctx, &mine, sizeof mine, all);
-    if (st != AGMM_SUCCESS)
-        return st;
-    for (int r = 0; r < ctx->world->nranks; r++)
-        if (all[r] < mine)
-            mine = all[r];
-    *out = mine;
-    return AGMM_SUCCESS;
-}
-
 static void destroy(agmm_plan *plan)
 {
     one_shot_impl *im = plan->impl;
@@ -72,7 +51,7 @@ static agmm_status create(agmm_plan *plan)
     if (ce != cudaSuccess)
         return AGMM_FAIL(&ctx->err, AGMM_ERR_CUDA, "cudaSetDevice(%d): %s", ctx->device, cudaGetErrorString(ce));
     int max_blocks = 1;
-    agmm_status st = agreed_max_blocks(ctx, &max_blocks);
+    agmm_status st = agmm_ctx_gpu_agreed_sm_share(ctx, &max_blocks);
     if (st != AGMM_SUCCESS)
         return st;
     /* One vector per thread until the SM share is used up, then a grid-stride loop. */

@@ -59,4 +59,9 @@ agmm_status agmm_ctx_gpu_note_run(agmm_ctx *ctx, cudaStream_t stream);
  * a barrier would wait for a peer queued behind it. Use one non-blocking stream per rank there. */
 agmm_status agmm_ctx_gpu_check_stream(agmm_ctx *ctx, cudaStream_t stream);
 
+/* The most blocks a kernel whose block b meets block b of every peer may launch on every rank: this
+ * rank's share of its device's SMs (SMs / ranks on the device), agreed as the minimum over the
+ * world. Collective (an in-process exchange). */
+agmm_status agmm_ctx_gpu_agreed_sm_share(agmm_ctx *ctx, int *out);
+
 #endif

@@ -354,3 +354,22 @@ agmm_status agmm_ctx_gpu_note_run(agmm_ctx *ctx, cudaStream_t stream)
 fail:
     return st;
 }
+
+agmm_status agmm_ctx_gpu_agreed_sm_share(agmm_ctx *ctx, int *out)
+{
+    int per_device = ctx->gpu->ranks_on_device > 0 ? ctx->gpu->ranks_on_device : 1;
+    int mine = ctx->gpu->num_sms / per_device;
+    if (mine < 1)
+        mine = 1;
+    int all[AGMM_MAX_RANKS];
+    for (int r = 0; r < AGMM_MAX_RANKS; r++)
+        all[r] = mine;
+    agmm_status st = agmm_world_exchange(ctx, &mine, sizeof mine, all);
+    if (st != AGMM_SUCCESS)
+        return st;
+    for (int r = 0; r < ctx->world->nranks; r++)
+        if (all[r] < mine)
+            mine = all[r];
+    *out = mine;
+    return AGMM_SUCCESS;
+}

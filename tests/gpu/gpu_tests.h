@@ -5,6 +5,8 @@
 #include <stdatomic.h>
 #include <stddef.h>
 
+#include <cuda_runtime_api.h>
+
 #include "agmm.h"
 
 /* test_world.c: worlds, the symmetric heap, the stream barrier and its bounded wait. */
@@ -42,6 +44,28 @@ typedef struct {
 int gpu_rank_fail(gpu_rank_results *res, int rank, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* One PASS/FAIL line per rank: "<what> rank r" with the rank's message on failure. */
 void gpu_report_ranks(const gpu_rank_results *res, int nranks, const char *what);
+/* In a rank's test body: on failure record it for `rank` (RANK_AGMM: the ctx's rank) in the
+ * gpu_rank_results *res, with the call and its error, and jump to the body's `done` label. */
+#define RANK_CUDA(res, rank, call)                                                                      \
+    do {                                                                                                \
+        cudaError_t e_ = (call);                                                                        \
+        if (e_ != cudaSuccess) {                                                                        \
+            gpu_rank_fail((res), (rank), "%s:%d: %s -> %s", __FILE__, __LINE__, #call,            \
+                          cudaGetErrorString(e_));                                                      \
+            goto done;                                                                                  \
+        }                                                                                               \
+    } while (0)
+
+#define RANK_AGMM(res, ctx, call)                                                                       \
+    do {                                                                                                \
+        agmm_status s_ = (call);                                                                        \
+        if (s_ != AGMM_SUCCESS) {                                                                       \
+            gpu_rank_fail((res), agmm_ctx_rank(ctx), "%s -> %s: %s", #call, agmm_status_str(s_),  \
+                          agmm_last_error(ctx));                                                        \
+            goto done;                                                                                  \
+        }                                                                                               \
+    } while (0)
+
 /* Sleeps until *flag is set or max_s seconds have passed. */
 void gpu_wait_flag(atomic_int *flag, double max_s);
 

@@ -42,27 +42,6 @@ typedef struct {
     gpu_rank_results res;
 } mm_job;
 
-/* On failure: record it for `rank` in the gpu_rank_results *res and jump to `done`. */
-#define RANK_CUDA(res, rank, call)                                                                      \
-    do {                                                                                                \
-        cudaError_t e_ = (call);                                                                        \
-        if (e_ != cudaSuccess) {                                                                        \
-            gpu_rank_fail((res), (rank), "%s:%d: %s -> %s", __FILE__, __LINE__, #call,            \
-                          cudaGetErrorString(e_));                                                      \
-            goto done;                                                                                  \
-        }                                                                                               \
-    } while (0)
-
-#define RANK_AGMM(res, ctx, call)                                                                       \
-    do {                                                                                                \
-        agmm_status s_ = (call);                                                                        \
-        if (s_ != AGMM_SUCCESS) {                                                                       \
-            gpu_rank_fail((res), agmm_ctx_rank(ctx), "%s -> %s: %s", #call, agmm_status_str(s_),  \
-                          agmm_last_error(ctx));                                                        \
-            goto done;                                                                                  \
-        }                                                                                               \
-    } while (0)
-
 static void fill_bf16(uint16_t *x, size_t count, uint64_t seed)
 {
     uint64_t st = seed;

@@ -50,26 +50,6 @@ void gpu_report_ranks(const gpu_rank_results *res, int nranks, const char *what)
         agmm_check(res->ok[r], "%s rank %d%s%s", what, r, res->ok[r] ? "" : ": ", res->ok[r] ? "" : res->msg[r]);
 }
 
-#define CUDA_OR_FAIL(res, rank, call)                                                                   \
-    do {                                                                                                \
-        cudaError_t e_ = (call);                                                                        \
-        if (e_ != cudaSuccess) {                                                                        \
-            gpu_rank_fail((res), (rank), "%s:%d: %s -> %s", __FILE__, __LINE__, #call,                  \
-                          cudaGetErrorString(e_));                                                      \
-            goto done;                                                                                  \
-        }                                                                                               \
-    } while (0)
-
-#define AGMM_OR_FAIL(res, ctx, call)                                                                    \
-    do {                                                                                                \
-        agmm_status s_ = (call);                                                                        \
-        if (s_ != AGMM_SUCCESS) {                                                                       \
-            gpu_rank_fail((res), (ctx)->rank, "%s -> %s: %s", #call, agmm_status_str(s_),               \
-                          agmm_last_error(ctx));                                                        \
-            goto done;                                                                                  \
-        }                                                                                               \
-    } while (0)
-
 typedef struct {
     gpu_rank_results res;
     int want_nccl;   /* 1: the world must be on NCCL windows */
@@ -102,26 +82,26 @@ static agmm_status heap_rank(agmm_ctx *ctx, void *arg)
     }
     /* Every allocation first: device-synchronising calls must not meet a peer's barrier in flight
      * (see mm_rank in test_ag_matmul.c). */
-    CUDA_OR_FAIL(res, rank, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    RANK_CUDA(res, rank, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     h = malloc(words * 4);
-    CUDA_OR_FAIL(res, rank, cudaMallocHost((void **)&h_round, 2 * AGMM_MAX_RANKS * 4));
-    CUDA_OR_FAIL(res, rank, cudaMalloc((void **)&d_out, AGMM_MAX_RANKS * 4));
-    CUDA_OR_FAIL(res, rank, cudaMallocHost((void **)&h_vals, rounds * 4));
-    CUDA_OR_FAIL(res, rank, cudaMalloc((void **)&d_seen, (size_t)rounds * AGMM_MAX_RANKS * 4));
-    CUDA_OR_FAIL(res, rank, cudaMallocHost((void **)&h_seen, (size_t)rounds * AGMM_MAX_RANKS * 4));
-    AGMM_OR_FAIL(res, ctx, agmm_world_barrier(ctx));
-    AGMM_OR_FAIL(res, ctx, agmm_symm_alloc(ctx, words * 4, &buf));
+    RANK_CUDA(res, rank, cudaMallocHost((void **)&h_round, 2 * AGMM_MAX_RANKS * 4));
+    RANK_CUDA(res, rank, cudaMalloc((void **)&d_out, AGMM_MAX_RANKS * 4));
+    RANK_CUDA(res, rank, cudaMallocHost((void **)&h_vals, rounds * 4));
+    RANK_CUDA(res, rank, cudaMalloc((void **)&d_seen, (size_t)rounds * AGMM_MAX_RANKS * 4));
+    RANK_CUDA(res, rank, cudaMallocHost((void **)&h_seen, (size_t)rounds * AGMM_MAX_RANKS * 4));
+    RANK_AGMM(res, ctx, agmm_world_barrier(ctx));
+    RANK_AGMM(res, ctx, agmm_symm_alloc(ctx, words * 4, &buf));
     for (size_t i = 0; i < words; i++)
         h[i] = pattern(rank, i);
-    CUDA_OR_FAIL(res, rank, cudaMemcpyAsync(buf->local, h, words * 4, cudaMemcpyHostToDevice, s));
-    CUDA_OR_FAIL(res, rank, cudaStreamSynchronize(s));
-    AGMM_OR_FAIL(res, ctx, agmm_world_barrier(ctx));
+    RANK_CUDA(res, rank, cudaMemcpyAsync(buf->local, h, words * 4, cudaMemcpyHostToDevice, s));
+    RANK_CUDA(res, rank, cudaStreamSynchronize(s));
+    RANK_AGMM(res, ctx, agmm_world_barrier(ctx));
 
     /* Host copies through the host table. */
     for (int p = 0; p < nranks; p++) {
         memset(h, 0, words * 4);
-        CUDA_OR_FAIL(res, rank, cudaMemcpyAsync(h, buf->peer[p], words * 4, cudaMemcpyDefault, s));
-        CUDA_OR_FAIL(res, rank, cudaStreamSynchronize(s));
+        RANK_CUDA(res, rank, cudaMemcpyAsync(h, buf->peer[p], words * 4, cudaMemcpyDefault, s));
+        RANK_CUDA(res, rank, cudaStreamSynchronize(s));
         for (size_t i = 0; i < words; i++)
             if (h[i] != pattern(p, i)) {
                 gpu_rank_fail(res, rank, "host copy of rank %d's buffer: word %zu is %u, want %u", p, i, h[i],
@@ -131,9 +111,9 @@ static agmm_status heap_rank(agmm_ctx *ctx, void *arg)
     }
     /* A kernel through the device table: first and last word of every peer. */
     for (int j = 0; j < 2; j++) {
-        CUDA_OR_FAIL(res, rank, agmm_launch_peek_peers((uint32_t *const *)buf->d_peer, probe[j], nranks, d_out, s));
-        CUDA_OR_FAIL(res, rank, cudaMemcpyAsync(h_round, d_out, (size_t)nranks * 4, cudaMemcpyDeviceToHost, s));
-        CUDA_OR_FAIL(res, rank, cudaStreamSynchronize(s));
+        RANK_CUDA(res, rank, agmm_launch_peek_peers((uint32_t *const *)buf->d_peer, probe[j], nranks, d_out, s));
+        RANK_CUDA(res, rank, cudaMemcpyAsync(h_round, d_out, (size_t)nranks * 4, cudaMemcpyDeviceToHost, s));
+        RANK_CUDA(res, rank, cudaStreamSynchronize(s));
         for (int p = 0; p < nranks; p++)
             if (h_round[p] != pattern(p, probe[j])) {
                 gpu_rank_fail(res, rank, "kernel read of rank %d's word %zu: %u, want %u", p, probe[j], h_round[p],
@@ -141,24 +121,24 @@ static agmm_status heap_rank(agmm_ctx *ctx, void *arg)
                 goto done;
             }
     }
-    AGMM_OR_FAIL(res, ctx, agmm_world_barrier(ctx));
+    RANK_AGMM(res, ctx, agmm_world_barrier(ctx));
 
     /* Barrier rounds, all enqueued before one sync: write word 0, barrier, read every peer's word 0
      * into round slot, barrier (nobody rewrites word 0 while a peer may still read it). Without
      * the first barrier a peer's value from the previous round shows. */
     for (int i = 0; i < rounds; i++) {
         h_vals[i] = (uint32_t)(i + 1) * 64u + (uint32_t)rank;
-        CUDA_OR_FAIL(res, rank, cudaMemcpyAsync(buf->local, &h_vals[i], 4, cudaMemcpyHostToDevice, s));
-        AGMM_OR_FAIL(res, ctx, agmm_ctx_gpu_barrier(ctx, s));
-        CUDA_OR_FAIL(res, rank, agmm_launch_peek_peers((uint32_t *const *)buf->d_peer, 0, nranks,
+        RANK_CUDA(res, rank, cudaMemcpyAsync(buf->local, &h_vals[i], 4, cudaMemcpyHostToDevice, s));
+        RANK_AGMM(res, ctx, agmm_ctx_gpu_barrier(ctx, s));
+        RANK_CUDA(res, rank, agmm_launch_peek_peers((uint32_t *const *)buf->d_peer, 0, nranks,
                                                        d_seen + (size_t)i * AGMM_MAX_RANKS, s));
-        AGMM_OR_FAIL(res, ctx, agmm_ctx_gpu_barrier(ctx, s));
+        RANK_AGMM(res, ctx, agmm_ctx_gpu_barrier(ctx, s));
     }
-    AGMM_OR_FAIL(res, ctx, agmm_ctx_gpu_note_run(ctx, s));
-    CUDA_OR_FAIL(res, rank, cudaMemcpyAsync(h_seen, d_seen, (size_t)rounds * AGMM_MAX_RANKS * 4,
+    RANK_AGMM(res, ctx, agmm_ctx_gpu_note_run(ctx, s));
+    RANK_CUDA(res, rank, cudaMemcpyAsync(h_seen, d_seen, (size_t)rounds * AGMM_MAX_RANKS * 4,
                                             cudaMemcpyDeviceToHost, s));
-    AGMM_OR_FAIL(res, ctx, agmm_ctx_sync(ctx));
-    CUDA_OR_FAIL(res, rank, cudaStreamSynchronize(s));
+    RANK_AGMM(res, ctx, agmm_ctx_sync(ctx));
+    RANK_CUDA(res, rank, cudaStreamSynchronize(s));
     for (int i = 0; i < rounds && res->ok[rank]; i++)
         for (int p = 0; p < nranks; p++) {
             uint32_t want = (uint32_t)(i + 1) * 64u + (uint32_t)p;
@@ -263,11 +243,11 @@ static agmm_status timeout_rank(agmm_ctx *ctx, void *arg)
         gpu_wait_flag(&a->rank0_done, 30.0);
         return AGMM_SUCCESS;
     }
-    CUDA_OR_FAIL(res, rank, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    RANK_CUDA(res, rank, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    AGMM_OR_FAIL(res, ctx, agmm_ctx_gpu_barrier(ctx, s));
-    AGMM_OR_FAIL(res, ctx, agmm_ctx_gpu_note_run(ctx, s));
+    RANK_AGMM(res, ctx, agmm_ctx_gpu_barrier(ctx, s));
+    RANK_AGMM(res, ctx, agmm_ctx_gpu_note_run(ctx, s));
     agmm_status st = agmm_ctx_sync(ctx);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     a->elapsed_s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
