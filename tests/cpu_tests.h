@@ -14,6 +14,7 @@ void test_schedule_random(void);
 void test_validate_ag_matmul(void);
 void test_validate_all_reduce(void);
 void test_validate_plan_api(void);
+void test_validate_run_io(void);
 
 /* test_cpu_backends.c: every CPU backend against the fp64 reference. */
 void test_cpu_reference(void);

@@ -11,16 +11,21 @@ __device__ __forceinline__ bool epoch_reached(uint32_t seen, uint32_t epoch)
     return (int32_t)(seen - epoch) >= 0;
 }
 
-/* Spins until *slot >= epoch or the deadline passes; returns the last value seen. */
+/* Spins until *slot >= epoch or the deadline passes; returns the last value seen. Gives up at
+ * once, recording nothing, when this rank already holds a timeout (err->code set): the ranks are
+ * out of step then, and each run queued behind the failed one must end quickly, not wait out its
+ * own full bound. */
 __device__ __forceinline__ uint32_t wait_slot(const uint32_t *slot, uint32_t epoch, uint64_t deadline,
-                                              bool *timed_out)
+                                              const agmm_dev_error *err, bool *timed_out)
 {
     uint32_t seen = agmm_ld_acquire_sys(slot);
-    while (!epoch_reached(seen, epoch)) {
+    for (uint32_t spins = 0; !epoch_reached(seen, epoch); spins++) {
         if (agmm_globaltimer_ns() > deadline) {
             *timed_out = true;
             break;
         }
+        if ((spins & 63) == 63 && *(volatile const uint32_t *)&err->code != AGMM_DEV_OK)
+            break;
         seen = agmm_ld_acquire_sys(slot);
     }
     return seen;
@@ -42,7 +47,7 @@ __global__ void barrier_pad_kernel(uint32_t *const *pads, int rank, int nranks, 
         agmm_st_release_sys(pads[p] + rank, epoch);
         uint64_t deadline = agmm_globaltimer_ns() + timeout_ns;
         bool timed_out = false;
-        uint32_t seen = wait_slot(pads[rank] + p, epoch, deadline, &timed_out);
+        uint32_t seen = wait_slot(pads[rank] + p, epoch, deadline, err, &timed_out);
         if (timed_out)
             agmm_dev_error_record(err, rank, p, AGMM_WAIT_BARRIER, -1, epoch, seen);
     }
@@ -62,7 +67,7 @@ __global__ void flag_wait_kernel(const uint32_t *flag, uint32_t value, uint64_t 
 {
     uint64_t deadline = agmm_globaltimer_ns() + timeout_ns;
     bool timed_out = false;
-    uint32_t seen = wait_slot(flag, value, deadline, &timed_out);
+    uint32_t seen = wait_slot(flag, value, deadline, err, &timed_out);
     if (timed_out)
         agmm_dev_error_record(err, rank, peer, wait, chunk, value, seen);
 }

@@ -131,8 +131,6 @@ static agmm_status run(agmm_plan *p, const agmm_io *io, void *stream)
     char *ag = io->a_gathered;
     char *const *shard = (char *const *)p->input->peer;
     char why[256] = "";
-    AGMM_TRY(st, agmm_ag_matmul_check_io(ctx, io));
-    AGMM_TRY(st, agmm_ctx_gpu_check_stream(ctx, s));
     st = agmm_gemm_plan_set_ptrs(x->gemm, io->a_gathered, NULL, io->b, io->c, why, sizeof why);
     if (st != AGMM_SUCCESS) {
         AGMM_FAIL(&ctx->err, st, "rank %d: GEMM engine operands: %s", rank, why);

@@ -45,7 +45,6 @@ static agmm_status run(agmm_plan *p, const agmm_io *io, void *stream)
     nccl_mm *x = p->impl;
     cudaStream_t s = (cudaStream_t)stream;
     ncclComm_t comm = (ncclComm_t)ctx->nccl_comm;
-    AGMM_TRY(st, agmm_ag_matmul_check_io(ctx, io));
     AGMM_NCCL_TRY(st, &ctx->err, comm,
                   ncclAllGather(p->input->local, io->a_gathered, (size_t)(p->mm.m * p->mm.k), ncclBfloat16, comm, s));
     AGMM_TRY(st, agmm_gemm_lt_run(x->gemm, io->a_gathered, io->b, io->c, x->workspace, s, &ctx->err));

@@ -5,6 +5,7 @@
 #include "backend.h"
 #include "../core/validate.h"
 #ifdef AGMM_HAVE_CUDA
+#include "gemm_lt.h"
 #include "../world/ctx_gpu.h"
 #endif
 
@@ -147,14 +148,40 @@ agmm_status agmm_plan_run(agmm_plan *p, const agmm_io *io, void *stream)
                          io->a_gathered, io->c);
     if (p->op == AGMM_OP_ALL_REDUCE && io->out == NULL)
         return AGMM_FAIL(&ctx->err, AGMM_ERR_INVALID_ARG, "all_reduce needs io->out (it may equal agmm_plan_input)");
+    if (p->op == AGMM_OP_ALL_REDUCE) {
+        size_t esize = agmm_dtype_bytes(p->ar.dtype);
+        uintptr_t out = (uintptr_t)io->out, in = (uintptr_t)p->input->local, bytes = (uintptr_t)p->ar.n * esize;
+        if (out % esize != 0)
+            return AGMM_FAIL(&ctx->err, AGMM_ERR_INVALID_ARG, "io->out=%p is not aligned to its %zu-byte elements",
+                             io->out, esize);
+        if (out != in && out < in + bytes && in < out + bytes)
+            return AGMM_FAIL(&ctx->err, AGMM_ERR_INVALID_ARG,
+                             "io->out=%p overlaps the plan's input %p without equalling it (in place needs out == input)",
+                             io->out, p->input->local);
+    }
+    if (ctx->out_of_step.status != AGMM_SUCCESS)
+        return AGMM_FAIL(&ctx->err, ctx->out_of_step.status,
+                         "rank %d is out of step with its peers since an earlier run failed (%s): destroy its plans "
+                         "and context", ctx->rank, ctx->out_of_step.msg);
+    agmm_status st = AGMM_SUCCESS;
 #ifdef AGMM_HAVE_CUDA
-    /* A wait that expired in an earlier run leaves the ranks out of step: report it, run nothing. */
     if (ctx->gpu) {
-        agmm_status st = agmm_ctx_gpu_check_dev_error(ctx);
+        /* A wait that expired in an earlier run leaves the ranks out of step: report it, run nothing. */
+        st = agmm_ctx_gpu_check_dev_error(ctx);
+        if (st == AGMM_SUCCESS)
+            st = agmm_ctx_gpu_check_stream(ctx, (cudaStream_t)stream);
+        if (st == AGMM_SUCCESS && p->op == AGMM_OP_AG_MATMUL)
+            st = agmm_ag_matmul_check_io(ctx, io);
         if (st != AGMM_SUCCESS)
             return st;
     }
 #endif
+    /* Every check that can refuse a call is above: from here on the ranks' epochs and barrier
+     * counts move together, and a failure leaves this rank out of step for good (a later barrier
+     * could otherwise pass on a peer's older arrival). */
     p->epoch++;
-    return p->ops->run(p, io, stream);
+    st = p->ops->run(p, io, stream);
+    if (st != AGMM_SUCCESS)
+        ctx->out_of_step = ctx->err;
+    return st;
 }

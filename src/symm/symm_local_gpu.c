@@ -37,8 +37,10 @@ fail:
 
 void agmm_symm_local_gpu_free(agmm_ctx *ctx, agmm_symm_buf *buf)
 {
-    /* Peers may still be reading: meet first. After the meeting every rank has enqueued all its
-     * work, so the device-wide sync inside cudaFree cannot wait on a barrier nobody will reach. */
+    /* Our own kernels and copies may still read peers' buffers, and peers' ours: each rank first
+     * waits for its own work, then all meet, and only then does anyone free. (cudaFree's implicit
+     * sync covers one device only; ranks on other GPUs may still read this one.) */
+    agmm_ctx_gpu_quiesce(ctx);
     agmm_world_barrier(ctx);
     cudaFree(buf->d_peer);
     cudaFree(buf->local);

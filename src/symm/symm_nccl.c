@@ -77,8 +77,11 @@ fail:
 void agmm_symm_nccl_free(agmm_ctx *ctx, agmm_symm_buf *buf)
 {
     nccl_buf *nb = buf->impl;
-    /* Peers may still be reading: meet first (a timeout only means a peer is gone). Deregistering
-     * is local; peers' mappings keep the pages alive until they deregister too. */
+    /* Deregistering unmaps this rank's view of every peer's buffer, and ncclMemFree its own, and
+     * neither waits for work in flight: first this rank's own kernels and copies finish, then all
+     * ranks meet (so no peer still reads ours), then we unmap. A timeout here only means a peer
+     * is gone. Peers' mappings keep the pages alive until they deregister too. */
+    agmm_ctx_gpu_quiesce(ctx);
     agmm_world_barrier(ctx);
     if (nb && nb->win)
         ncclCommWindowDeregister((ncclComm_t)ctx->nccl_comm, nb->win);

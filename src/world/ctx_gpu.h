@@ -59,6 +59,11 @@ agmm_status agmm_ctx_gpu_note_run(agmm_ctx *ctx, cudaStream_t stream);
  * a barrier would wait for a peer queued behind it. Use one non-blocking stream per rank there. */
 agmm_status agmm_ctx_gpu_check_stream(agmm_ctx *ctx, cudaStream_t stream);
 
+/* Waits for every piece of work this rank has enqueued (its runs end with note_run), ignoring
+ * errors: what a rank does before it unmaps or frees symmetric memory that its own kernels and
+ * copies may still touch. All its waits are bounded, so this returns. Not collective. */
+void agmm_ctx_gpu_quiesce(agmm_ctx *ctx);
+
 /* The most blocks a kernel whose block b meets block b of every peer may launch on every rank: this
  * rank's share of its device's SMs (SMs / ranks on the device), agreed as the minimum over the
  * world. Collective (an in-process exchange). */

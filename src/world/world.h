@@ -42,6 +42,7 @@ struct agmm_ctx {
     int local_rank;
     int device;                /* -1 in the CPU world */
     agmm_error err;
+    agmm_error out_of_step;    /* set when a run failed after the ranks' epochs moved: sticky */
     void *nccl_comm;           /* ncclComm_t of this rank, or NULL where NCCL cannot run */
     struct agmm_ctx_gpu *gpu;  /* NULL in the CPU world */
     struct agmm_symm_buf *pad; /* signal pad: AGMM_PAD_SLOTS uint32 flags per rank */

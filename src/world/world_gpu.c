@@ -373,3 +373,19 @@ agmm_status agmm_ctx_gpu_agreed_sm_share(agmm_ctx *ctx, int *out)
     *out = mine;
     return AGMM_SUCCESS;
 }
+
+void agmm_ctx_gpu_quiesce(agmm_ctx *ctx)
+{
+    struct agmm_ctx_gpu *g = ctx->gpu;
+    if (g == NULL)
+        return;
+    cudaSetDevice(ctx->device);
+    if (g->ranks_on_device == 1) {
+        cudaDeviceSynchronize();
+    } else {
+        if (g->last_run_recorded)
+            cudaEventSynchronize(g->last_run);
+        cudaStreamSynchronize(g->copy_stream);
+    }
+    cudaGetLastError();
+}
