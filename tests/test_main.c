@@ -10,6 +10,7 @@ static const agmm_test_case cases[] = {
     {"validate/all_reduce", test_validate_all_reduce},
     {"validate/plan_api", test_validate_plan_api},
     {"validate/run_io", test_validate_run_io},
+    {"validate/host_order", test_validate_host_collective_order},
     {"cpu/reference", test_cpu_reference},
     {"cpu/ag_matmul/exact", test_cpu_ag_matmul_exact},
     {"cpu/ag_matmul/random", test_cpu_ag_matmul_random},

@@ -4,6 +4,7 @@
 
 #include "agmm.h"
 #include "core/validate.h"
+#include "world/world.h"
 #include "cpu_tests.h"
 #include "harness.h"
 
@@ -179,4 +180,36 @@ void test_validate_run_io(void)
                    "run on the same plan -> %s with sum %g (want 3: the refused calls did not move the epoch)",
                agmm_status_str(res[0].overlap_status), res[0].overlap_msg, agmm_status_str(res[0].null_status),
                agmm_status_str(res[0].good_status), (double)res[0].sum0);
+}
+
+/* Host collectives that fall out of step (a rank repeats one) are refused, not paired. */
+typedef struct {
+    agmm_status st;
+    char msg[AGMM_ERROR_LEN];
+} step_result;
+
+static agmm_status step_rank(agmm_ctx *ctx, void *arg)
+{
+    step_result *res = (step_result *)arg + agmm_ctx_rank(ctx);
+    int mine = 100 + agmm_ctx_rank(ctx), all[AGMM_MAX_RANKS] = {0};
+    agmm_world_barrier(ctx);
+    if (agmm_ctx_rank(ctx) == 0)
+        agmm_world_barrier(ctx); /* one collective too many */
+    res->st = agmm_world_exchange(ctx, &mine, sizeof mine, all);
+    snprintf(res->msg, sizeof res->msg, "%s", agmm_last_error(ctx));
+    return AGMM_SUCCESS;
+}
+
+void test_validate_host_collective_order(void)
+{
+    agmm_world *world = test_cpu_world(2, 0.3);
+    if (world == NULL)
+        return;
+    step_result res[2] = {0};
+    agmm_world_run(world, step_rank, res);
+    agmm_world_destroy(world);
+    agmm_check(res[1].st == AGMM_ERR_INTERNAL && strstr(res[1].msg, "out of step") &&
+                   res[0].st != AGMM_SUCCESS,
+               "host collectives W=2, rank 0 repeats a barrier: rank 1's exchange -> %s (\"%s\"); rank 0's -> %s "
+               "(\"%s\")", agmm_status_str(res[1].st), res[1].msg, agmm_status_str(res[0].st), res[0].msg);
 }

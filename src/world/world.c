@@ -98,7 +98,8 @@ agmm_status agmm_world_create(agmm_world **out, const agmm_world_config *config,
     if (st == AGMM_SUCCESS) {
         w->xchg_slot = 256;
         w->xchg = calloc((size_t)w->nlocal, w->xchg_slot);
-        if (w->xchg == NULL)
+        w->xchg_seq = calloc((size_t)w->nlocal, sizeof *w->xchg_seq);
+        if (w->xchg == NULL || w->xchg_seq == NULL)
             st = AGMM_FAIL(&err, AGMM_ERR_NO_MEMORY, "world exchange buffer allocation failed");
     }
     if (st != AGMM_SUCCESS) {
@@ -117,6 +118,7 @@ void agmm_world_destroy(agmm_world *w)
     if (w->gpu)
         agmm_world_gpu_destroy(w);
     free(w->xchg);
+    free(w->xchg_seq);
     pthread_cond_destroy(&w->cv);
     pthread_mutex_destroy(&w->mu);
     free(w);
@@ -161,9 +163,22 @@ static agmm_status rendezvous_locked(agmm_ctx *ctx)
     return AGMM_SUCCESS;
 }
 
+/* Every host collective numbers itself (ctx->host_seq) and publishes the number, with its kind
+ * in the low bit, in its rank's slot, under w->mu. Ranks that skipped or repeated one (an error
+ * path, a late rank after a timeout) would otherwise pair an exchange with some other call and
+ * hand back stale slots: exchange compares the tags after meeting and refuses such data.
+ * Returns this call's tag. */
+static uint32_t publish_tag_locked(agmm_ctx *ctx, int exchange)
+{
+    uint32_t tag = (++ctx->host_seq << 1) | (uint32_t)exchange;
+    ctx->world->xchg_seq[ctx->local_rank] = tag;
+    return tag;
+}
+
 agmm_status agmm_world_barrier(agmm_ctx *ctx)
 {
     pthread_mutex_lock(&ctx->world->mu);
+    publish_tag_locked(ctx, 0);
     agmm_status st = rendezvous_locked(ctx);
     pthread_mutex_unlock(&ctx->world->mu);
     return st;
@@ -177,13 +192,28 @@ agmm_status agmm_world_exchange(agmm_ctx *ctx, const void *mine, size_t bytes, v
                          w->xchg_slot);
     /* Write my slot, meet, read all slots, meet again so nobody overwrites a slot still read. */
     pthread_mutex_lock(&w->mu);
+    uint32_t tag = publish_tag_locked(ctx, 1);
     memcpy(w->xchg + (size_t)ctx->local_rank * w->xchg_slot, mine, bytes);
     agmm_status st = rendezvous_locked(ctx);
     if (st == AGMM_SUCCESS) {
-        for (int r = 0; r < w->nlocal; r++)
-            memcpy((unsigned char *)all + (size_t)(w->first_rank + r) * bytes, w->xchg + (size_t)r * w->xchg_slot,
-                   bytes);
-        st = rendezvous_locked(ctx);
+        int odd = -1;
+        for (int r = 0; r < w->nlocal && odd < 0; r++)
+            if (w->xchg_seq[r] != tag)
+                odd = r;
+        if (odd >= 0)
+            AGMM_FAIL(&ctx->err, AGMM_ERR_INTERNAL,
+                      "rank %d: host exchange #%u met rank %d in its host %s #%u: the ranks are out of step "
+                      "(one skipped or repeated a collective call)",
+                      ctx->rank, tag >> 1, w->first_rank + odd, w->xchg_seq[odd] & 1 ? "exchange" : "barrier",
+                      w->xchg_seq[odd] >> 1);
+        else
+            for (int r = 0; r < w->nlocal; r++)
+                memcpy((unsigned char *)all + (size_t)(w->first_rank + r) * bytes,
+                       w->xchg + (size_t)r * w->xchg_slot, bytes);
+        /* Meet again either way, so that nobody overwrites a slot still being read and the
+         * peers' pairing is what it would have been. */
+        agmm_status st2 = rendezvous_locked(ctx);
+        st = odd >= 0 ? AGMM_ERR_INTERNAL : st2;
     }
     pthread_mutex_unlock(&w->mu);
     return st;

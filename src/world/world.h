@@ -32,6 +32,7 @@ struct agmm_world {
     int arrived;
     unsigned char *xchg;       /* nlocal slots of xchg_slot bytes */
     size_t xchg_slot;
+    uint32_t *xchg_seq;        /* nlocal: the tag of the host collective each rank is in (world.c) */
 
     struct agmm_world_gpu *gpu; /* NULL in the CPU world */
 };
@@ -47,6 +48,7 @@ struct agmm_ctx {
     struct agmm_ctx_gpu *gpu;  /* NULL in the CPU world */
     struct agmm_symm_buf *pad; /* signal pad: AGMM_PAD_SLOTS uint32 flags per rank */
     uint32_t barrier_epoch;    /* bumped by every barrier; equal on all ranks (same call order) */
+    uint32_t host_seq;         /* host collectives (world barrier/exchange) this rank has entered */
 };
 
 /* Signal pad layout (uint32 slots): [0, AGMM_MAX_RANKS) barrier arrivals, slot p written by rank p. */
