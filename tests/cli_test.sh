@@ -19,12 +19,13 @@ bad() {
     grep -q -- "$name" "$tmp/err"
     local named=$?
     [ $rc -eq 2 ] && [ $named -eq 0 ]
-    check "'$*' -> exit 2 naming $name (got $rc: $(head -c 160 "$tmp/err"))" $?
+    local ok=$? # taken now: a $(...) in check's arguments would reset $? before it is read
+    check "'$*' -> exit 2 naming $name (got $rc: $(head -c 160 "$tmp/err"))" $ok
 }
 
 bad --op --op gemm
 bad K=100 --world cpu --shape 64,64,100
-bad M=0 --world cpu --shape 0,64,64
+bad "--shape 0,64,64: must be M,N,K" --world cpu --shape 0,64,64
 bad --shape --world cpu --shape 64,64
 bad --shape --world cpu --shape 64,x,64
 bad --ranks --ranks 0
@@ -44,6 +45,13 @@ bad --sizes --op all_reduce --sizes 0
 bad --splits --splits 0
 bad --shapes --shapes 512:256:128
 bad "multiple of 8" --world cpu --b-layout row --shape 8,12,8
+# Checked once the whole command line is read: layout and splits may follow --shape.
+bad "multiple of 8" --world cpu --shape 8,12,8 --b-layout row
+bad splits=100 --world cpu --shape 64,64,64 --splits 100
+bad "--splits 100" --world cpu --splits 100
+bad --shape --world cpu --shape "2^,8,8"
+bad one_shot --world cpu --op ag_matmul --backends one_shot
+bad "listed twice" --world cpu --backends nccl,ce,nccl
 
 "$bench" --help >"$tmp/out" 2>&1
 rc=$?
@@ -59,6 +67,18 @@ grep -q "Best Backend" "$tmp/out"; check "CPU run prints the seed table header" 
 grep -q "(64, 72, 32)" "$tmp/out"; check "CPU run prints every shape" $?
 [ "$(grep -c '^ag_matmul,cpu,3,' "$tmp/r.csv")" -eq 6 ]; check "CSV has one line per shape and backend (6)" $?
 grep -q '"rows": \[' "$tmp/r.json"; check "JSON written" $?
+# Every ok cell's TFLOP/s is a positive number, however small (column 14).
+awk -F, 'NR > 1 && $9 == "ok" && !($14 > 0) { bad = 1 } END { exit bad }' "$tmp/r.csv"
+check "CSV TFLOP/s of ok cells are positive" $?
+python3 -c "import json, sys; json.load(open(sys.argv[1]))" "$tmp/r.json" 2>/dev/null
+check "JSON parses" $?
+
+# A cell that could not run has no error figure (column 21), not a 0 that reads as exact.
+"$bench" --world cpu --op all_reduce --ranks 2 --sizes 2^40,8 --backends one_shot --warmup 0 --iters 1 \
+    --csv "$tmp/e.csv" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ $rc -eq 1 ] && awk -F, '$9 == "ERROR" { n++; if ($21 != "") bad = 1 } END { exit bad || n != 1 }' "$tmp/e.csv"
+check "an unrunnable cell exits 1 with an empty err in the CSV (got $rc)" $?
 
 "$bench" --world cpu --op all_reduce --ranks 5 --sizes 1,7,4093 --dtype fp32 --warmup 0 --iters 1 \
     >"$tmp/out" 2>"$tmp/err"

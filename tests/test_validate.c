@@ -89,6 +89,8 @@ typedef struct {
     agmm_status mm_status, ar_status;
     char mm_msg[AGMM_ERROR_LEN], ar_msg[AGMM_ERROR_LEN];
     int plan_null;
+    agmm_status null_out_status;
+    char null_out_msg[AGMM_ERROR_LEN];
 } api_result;
 
 static agmm_status api_rank(agmm_ctx *ctx, void *arg)
@@ -105,6 +107,9 @@ static agmm_status api_rank(agmm_ctx *ctx, void *arg)
     res->ar_status = agmm_plan_all_reduce(&plan, ctx, &ar);
     res->plan_null &= plan == NULL;
     snprintf(res->ar_msg, sizeof res->ar_msg, "%s", agmm_last_error(ctx));
+    /* No plan pointer: refused before anything collective, and agmm_last_error says so. */
+    res->null_out_status = agmm_plan_ag_matmul(NULL, ctx, &mm);
+    snprintf(res->null_out_msg, sizeof res->null_out_msg, "%s", agmm_last_error(ctx));
     return AGMM_SUCCESS;
 }
 
@@ -126,6 +131,11 @@ void test_validate_plan_api(void)
     agmm_check(ok, "validate plan API W=2: agmm_plan_ag_matmul K=100 and agmm_plan_all_reduce n=0 give %s, plan NULL, "
                    "agmm_last_error \"%s\" / \"%s\"",
                agmm_status_str(res[0].mm_status), res[0].mm_msg, res[0].ar_msg);
+    ok = st == AGMM_SUCCESS;
+    for (int r = 0; r < 2; r++)
+        ok &= res[r].null_out_status == AGMM_ERR_INVALID_ARG && strstr(res[r].null_out_msg, "plan is NULL") != NULL;
+    agmm_check(ok, "validate plan API: agmm_plan_ag_matmul(NULL, ...) gives %s, agmm_last_error \"%s\"",
+               agmm_status_str(res[0].null_out_status), res[0].null_out_msg);
 
     cfg.nranks = AGMM_MAX_RANKS + 1;
     err[0] = '\0';

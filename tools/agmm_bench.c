@@ -61,7 +61,7 @@ static int parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out)
     long long v;
     if (s[0] == '2' && s[1] == '^') {
         long e = strtol(s + 2, &end, 10);
-        if (*end || errno || e < 0 || e > 62)
+        if (end == s + 2 || *end || errno || e < 0 || e > 62) /* "2^" alone is not 2^0 */
             return -1;
         v = 1LL << e;
     } else {
@@ -103,20 +103,47 @@ static int split(const char *s, char sep, char fields[][32], int max)
     }
 }
 
-static int add_shape(bench_options *o, int64_t m, int64_t n, int64_t k, const char *opt, const char *val)
+/* Checks a shape with the library's own rules, once the layout and splits are known (they may
+ * come after --shape on the command line). W is not known yet: W * M is checked by the plan. */
+static int check_shape(const bench_options *o, const int64_t shape[3], const char *opt, const char *val)
 {
-    agmm_ag_matmul_desc d = {m, n, k, o->b_layout, AGMM_BACKEND_AUTO, 0};
+    agmm_ag_matmul_desc d = {shape[0], shape[1], shape[2], o->b_layout, AGMM_BACKEND_AUTO, o->splits};
     agmm_error err = {0};
     if (agmm_check_ag_matmul(&d, 1, &err) != AGMM_SUCCESS) {
         const char *msg = strstr(err.msg, ": ");
         return bad(opt, val, msg ? msg + 2 : err.msg);
     }
+    return 0;
+}
+
+static int add_shape(bench_options *o, int64_t m, int64_t n, int64_t k, const char *opt, const char *val)
+{
     if (o->nrows == BENCH_MAX_ROWS)
         return bad(opt, val, "too many rows (at most 256)");
     o->shapes[o->nrows][0] = m;
     o->shapes[o->nrows][1] = n;
     o->shapes[o->nrows][2] = k;
-    o->nrows++;
+    return check_shape(o, o->shapes[o->nrows++], opt, val);
+}
+
+/* A backend must belong to the op (the library's rule, on a shape every backend takes) and be
+ * listed once: the report keys its columns, CSV rows and JSON members by the backend's name. */
+static int check_backends(const bench_options *o)
+{
+    for (int b = 0; b < o->nbackends; b++) {
+        const char *name = agmm_backend_name(o->backends[b]);
+        agmm_error err = {0};
+        agmm_ag_matmul_desc mm = {8, 8, 8, AGMM_LAYOUT_COL_MAJOR, o->backends[b], 0};
+        agmm_all_reduce_desc ar = {1, AGMM_DTYPE_BF16, o->backends[b]};
+        if ((o->op == BENCH_AG_MATMUL ? agmm_check_ag_matmul(&mm, 1, &err) : agmm_check_all_reduce(&ar, &err)) !=
+            AGMM_SUCCESS) {
+            const char *msg = strstr(err.msg, ": ");
+            return bad("--backends", name, msg ? msg + 2 : err.msg);
+        }
+        for (int c = 0; c < b; c++)
+            if (o->backends[c] == o->backends[b])
+                return bad("--backends", name, "is listed twice");
+    }
     return 0;
 }
 
@@ -128,6 +155,7 @@ int bench_parse(int argc, char **argv, bench_options *o)
     o->b_layout = AGMM_LAYOUT_COL_MAJOR;
     o->dtype = AGMM_DTYPE_BF16;
     const char *shapes = NULL, *sizes = NULL;
+    const char *shape_args[BENCH_MAX_ROWS];
     int nshape_flags = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -148,13 +176,13 @@ int bench_parse(int argc, char **argv, bench_options *o)
             else return bad(a, v, "must be ag_matmul or all_reduce");
         } else if (!strcmp(a, "--shape")) {
             char f[3][32];
-            int64_t m, n, k;
-            if (split(v, ',', f, 3) != 3 || parse_i64(f[0], 1, INT64_MAX, &m) || parse_i64(f[1], 1, INT64_MAX, &n) ||
-                parse_i64(f[2], 1, INT64_MAX, &k))
+            if (nshape_flags == BENCH_MAX_ROWS)
+                return bad(a, v, "too many rows (at most 256)");
+            if (split(v, ',', f, 3) != 3 || parse_i64(f[0], 1, INT64_MAX, &o->shapes[nshape_flags][0]) ||
+                parse_i64(f[1], 1, INT64_MAX, &o->shapes[nshape_flags][1]) ||
+                parse_i64(f[2], 1, INT64_MAX, &o->shapes[nshape_flags][2]))
                 return bad(a, v, "must be M,N,K with three integers >= 1");
-            if (add_shape(o, m, n, k, a, v))
-                return 2;
-            nshape_flags++;
+            shape_args[nshape_flags++] = v;
         } else if (!strcmp(a, "--shapes")) {
             shapes = v;
         } else if (!strcmp(a, "--sizes")) {
@@ -209,6 +237,12 @@ int bench_parse(int argc, char **argv, bench_options *o)
         return bad("--shape/--shapes", NULL, "apply to --op ag_matmul; all_reduce takes --sizes");
     if (o->op == BENCH_AG_MATMUL && sizes)
         return bad("--sizes", sizes, "applies to --op all_reduce; ag_matmul takes --shape or --shapes");
+    if (check_backends(o))
+        return 2;
+    o->nrows = nshape_flags;
+    for (int i = 0; i < nshape_flags; i++)
+        if (check_shape(o, o->shapes[i], "--shape", shape_args[i]))
+            return 2;
     if (shapes) {
         char f[3][32];
         int64_t lo, hi, step;
@@ -309,6 +343,15 @@ int main(int argc, char **argv)
     printf("# %s\n", res.world_desc);
     fflush(stdout);
     apply_defaults(&res, world);
+    /* The default sweep is only known now: --splits must still fit each of its shapes. */
+    for (int i = 0; res.opt.op == BENCH_AG_MATMUL && res.opt.splits > 0 && i < res.opt.nrows; i++) {
+        char val[24];
+        snprintf(val, sizeof val, "%d", res.opt.splits);
+        if (check_shape(&res.opt, res.opt.shapes[i], "--splits", val)) {
+            agmm_world_destroy(world);
+            return 2;
+        }
+    }
     if (res.nbackends == 0) {
         fprintf(stderr, "agmm-bench: no backend of this build runs in this world\n");
         agmm_world_destroy(world);

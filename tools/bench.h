@@ -41,7 +41,7 @@ typedef struct {
     cell_state state;
     char note[160];              /* why skipped / what failed */
     double mean_us, median_us, min_us, max_us;
-    double err;                  /* rel. Frobenius error of C (max over ranks), or max abs error (all_reduce) */
+    double err;                  /* rel. Frobenius error of C or of the sum (max over ranks) */
     int exact_a;                 /* gathered A equal bit for bit on every rank */
 } bench_cell;
 
@@ -63,6 +63,7 @@ typedef struct {
     int nrows;
     pthread_barrier_t barrier;   /* rank threads meet here (bench_sync.h) */
     pthread_mutex_t mu;          /* guards the cells while ranks merge their checks */
+    int init_failed;             /* a rank could not set up its device (guarded by mu) */
 } bench_results;
 
 /* Parses argv into *opt. Returns 0, or 2 after printing the problem (or 1 after --help). */

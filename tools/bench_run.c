@@ -50,6 +50,13 @@ static double check_c(const uint16_t *a, const uint16_t *b, const uint16_t *c, i
     int64_t nranks = rows / m;
     int64_t count = full ? rows : nranks * SAMPLE_ROWS_PER_RANK;
     double num = 0, den = 0;
+    /* Sampled rows leave most of C unread: scan all of it for the poison, so a tile that was
+     * never written fails the check even where the error is not computed. */
+    for (int64_t i = 0; !full && i < rows * n; i++)
+        if (isnan(agmm_bf16_to_f32(c[i]))) {
+            *nan_seen = 1;
+            break;
+        }
     double *acc = malloc((size_t)n * sizeof *acc);
     if (acc == NULL)
         return INFINITY;
@@ -106,11 +113,15 @@ static int cell_ok(cell_job *j)
     return s == CELL_EMPTY || s == CELL_OK;
 }
 
-/* The two barriers a cell's ranks meet at, for a rank that has nothing to run. */
-static void skip_cell_barriers(cell_job *j)
+/* Every rank's verdict on the cell, the same on every rank: failures recorded before the first
+ * barrier are all in, and none can be recorded before every rank has read. Deciding collective
+ * work on a plain cell_ok() could differ between ranks and leave one at a barrier for ever. */
+static int cell_agreed_ok(cell_job *j)
 {
     bench_sync_barrier(j->res);
+    int ok = cell_ok(j);
     bench_sync_barrier(j->res);
+    return ok;
 }
 
 /* Merges one rank's check into the cell: the worst error, exactness on every rank. */
@@ -128,27 +139,33 @@ static void record_check(cell_job *j, double err, int exact)
     bench_sync_unlock(j->res);
 }
 
-/* Warm-up, barrier, timed loop; rank 0's times become the cell's statistics. */
-static int time_plan(cell_job *j, agmm_plan *plan, const agmm_io *io)
+static const char *why(cell_job *j, const char *fallback);
+
+/* Warm-up, agreement, timed loop; rank 0's times become the cell's statistics. `go` (the same on
+ * every rank) says whether to time at all; every rank meets the agreement either way. */
+static void time_plan(cell_job *j, agmm_plan *plan, const agmm_io *io, int go)
 {
     const bench_options *o = &j->res->opt;
     bench_dev *dev = j->dev;
-    for (int i = 0; i < o->warmup; i++) {
+    for (int i = 0; go && i < o->warmup; i++)
         if (agmm_plan_run(plan, io, dev->stream) != AGMM_SUCCESS)
-            return -1;
-    }
-    if (agmm_ctx_sync(j->ctx) != AGMM_SUCCESS || bench_sync(dev) != 0)
-        return -1;
-    bench_sync_barrier(j->res);
+            go = cell_fail(j, CELL_ERROR, why(j, "warm-up run failed"));
+    if (go && (agmm_ctx_sync(j->ctx) != AGMM_SUCCESS || bench_sync(dev) != 0))
+        go = cell_fail(j, CELL_ERROR, why(j, "warm-up sync failed"));
+    if (!cell_agreed_ok(j) || !go)
+        return;
     for (int i = 0; i < o->iters; i++) {
         if (bench_flush(dev) || bench_timer_start(dev, i) || agmm_plan_run(plan, io, dev->stream) != AGMM_SUCCESS ||
-            bench_timer_stop(dev, i))
-            return -1;
+            bench_timer_stop(dev, i)) {
+            cell_fail(j, CELL_ERROR, why(j, "timed run failed"));
+            return;
+        }
     }
     double *us = malloc((size_t)o->iters * sizeof *us);
     if (us == NULL || bench_timer_collect(dev, o->iters, us) != 0 || agmm_ctx_sync(j->ctx) != AGMM_SUCCESS) {
+        cell_fail(j, CELL_ERROR, why(j, "timed run failed"));
         free(us);
-        return -1;
+        return;
     }
     if (j->rank == 0) {
         agmm_stats s;
@@ -160,7 +177,6 @@ static int time_plan(cell_job *j, agmm_plan *plan, const agmm_io *io)
         cell->max_us = s.max;
     }
     free(us);
-    return 0;
 }
 
 static const char *why(cell_job *j, const char *fallback)
@@ -180,23 +196,23 @@ static void run_ag_matmul(cell_job *j)
     agmm_plan *plan = NULL;
     uint16_t *ha = NULL, *hb = NULL, *hag = NULL, *hc = NULL;
     void *db = NULL, *dag = NULL, *dc = NULL;
-    agmm_status st = agmm_plan_ag_matmul(&plan, j->ctx, &desc);
-    if (st != AGMM_SUCCESS) {
-        cell_fail(j, st == AGMM_ERR_UNSUPPORTED ? CELL_SKIPPED : CELL_ERROR, why(j, agmm_status_str(st)));
-        skip_cell_barriers(j);
-        return;
-    }
     bench_dev *dev = j->dev;
-    int ok = 1;
-    ha = malloc((size_t)(m * k) * 2);
-    hb = malloc((size_t)(k * n) * 2);
-    hag = malloc((size_t)(rows * k) * 2);
-    hc = malloc((size_t)(rows * n) * 2);
-    db = bench_alloc(dev, (size_t)(k * n) * 2);
-    dag = bench_alloc(dev, (size_t)(rows * k) * 2);
-    dc = bench_alloc(dev, (size_t)(rows * n) * 2);
-    if (!ha || !hb || !hag || !hc || !db || !dag || !dc)
-        ok = cell_fail(j, CELL_ERROR, dev->err[0] ? dev->err : "host allocation failed");
+    /* A rank whose plan failed still walks the whole cell, so every rank meets the same barriers. */
+    agmm_status st = agmm_plan_ag_matmul(&plan, j->ctx, &desc);
+    int ok = st == AGMM_SUCCESS;
+    if (!ok)
+        cell_fail(j, st == AGMM_ERR_UNSUPPORTED ? CELL_SKIPPED : CELL_ERROR, why(j, agmm_status_str(st)));
+    if (ok) {
+        ha = malloc((size_t)(m * k) * 2);
+        hb = malloc((size_t)(k * n) * 2);
+        hag = malloc((size_t)(rows * k) * 2);
+        hc = malloc((size_t)(rows * n) * 2);
+        db = bench_alloc(dev, (size_t)(k * n) * 2);
+        dag = bench_alloc(dev, (size_t)(rows * k) * 2);
+        dc = bench_alloc(dev, (size_t)(rows * n) * 2);
+        if (!ha || !hb || !hag || !hc || !db || !dag || !dc)
+            ok = cell_fail(j, CELL_ERROR, dev->err[0] ? dev->err : "host allocation failed");
+    }
     if (ok) {
         /* Fresh inputs per row and backend; B differs per rank like column-parallel weights. */
         fill_bf16(ha, (size_t)(m * k), seed_of(j->row, j->bi, j->rank, 'A'));
@@ -206,10 +222,11 @@ static void run_ag_matmul(cell_job *j)
             bench_poison_bf16(dev, dc, (size_t)(rows * n)) || bench_sync(dev))
             ok = cell_fail(j, CELL_ERROR, dev->err);
     }
-    /* Every rank reaches the same barriers whatever failed, so nobody is left waiting. */
-    bench_sync_barrier(j->res); /* every rank's shard is written before anyone runs */
+    /* Every rank reaches the same barriers whatever failed, so nobody is left waiting; the
+     * agreement also orders every rank's shard upload before anyone runs. */
     agmm_io io = {.b = db, .a_gathered = dag, .c = dc};
-    if (ok && cell_ok(j) &&
+    ok = cell_agreed_ok(j);
+    if (ok &&
         (agmm_plan_run(plan, &io, dev->stream) != AGMM_SUCCESS || agmm_ctx_sync(j->ctx) != AGMM_SUCCESS ||
          bench_sync(dev) != 0))
         ok = cell_fail(j, CELL_ERROR, why(j, "run failed"));
@@ -233,9 +250,7 @@ static void run_ag_matmul(cell_job *j)
             cell_fail(j, CELL_WRONG, what);
         }
     }
-    bench_sync_barrier(j->res);
-    if (!o->check_only && cell_ok(j) && time_plan(j, plan, &io) != 0)
-        cell_fail(j, CELL_ERROR, why(j, "timed run failed"));
+    time_plan(j, plan, &io, cell_agreed_ok(j) && !o->check_only);
     bench_free(dev, db);
     bench_free(dev, dag);
     bench_free(dev, dc);
@@ -256,21 +271,21 @@ static void run_all_reduce(cell_job *j)
     agmm_plan *plan = NULL;
     void *hin = NULL, *hout = NULL, *dout = NULL;
     float *acc = NULL, *tmp = NULL;
-    agmm_status st = agmm_plan_all_reduce(&plan, j->ctx, &desc);
-    if (st != AGMM_SUCCESS) {
-        cell_fail(j, st == AGMM_ERR_UNSUPPORTED ? CELL_SKIPPED : CELL_ERROR, why(j, agmm_status_str(st)));
-        skip_cell_barriers(j);
-        return;
-    }
     bench_dev *dev = j->dev;
-    int ok = 1;
-    hin = malloc((size_t)n * esz);
-    hout = malloc((size_t)n * esz);
-    acc = calloc((size_t)n, sizeof *acc);
-    tmp = malloc((size_t)n * sizeof *tmp);
-    dout = bench_alloc(dev, (size_t)n * esz);
-    if (!hin || !hout || !acc || !tmp || !dout)
-        ok = cell_fail(j, CELL_ERROR, dev->err[0] ? dev->err : "host allocation failed");
+    /* A rank whose plan failed still walks the whole cell, so every rank meets the same barriers. */
+    agmm_status st = agmm_plan_all_reduce(&plan, j->ctx, &desc);
+    int ok = st == AGMM_SUCCESS;
+    if (!ok)
+        cell_fail(j, st == AGMM_ERR_UNSUPPORTED ? CELL_SKIPPED : CELL_ERROR, why(j, agmm_status_str(st)));
+    if (ok) {
+        hin = malloc((size_t)n * esz);
+        hout = malloc((size_t)n * esz);
+        acc = calloc((size_t)n, sizeof *acc);
+        tmp = malloc((size_t)n * sizeof *tmp);
+        dout = bench_alloc(dev, (size_t)n * esz);
+        if (!hin || !hout || !acc || !tmp || !dout)
+            ok = cell_fail(j, CELL_ERROR, dev->err[0] ? dev->err : "host allocation failed");
+    }
     if (ok) {
         /* Reference: every rank's input regenerated, summed in rank order in fp32 (as our
          * backends sum), compared with a tolerance since NCCL may sum in another order. */
@@ -291,9 +306,9 @@ static void run_all_reduce(cell_job *j)
             bench_poison_bf16(dev, dout, (size_t)n * esz / 2) || bench_sync(dev))
             ok = cell_fail(j, CELL_ERROR, dev->err);
     }
-    bench_sync_barrier(j->res);
     agmm_io io = {.out = dout};
-    if (ok && cell_ok(j) &&
+    ok = cell_agreed_ok(j);
+    if (ok &&
         (agmm_plan_run(plan, &io, dev->stream) != AGMM_SUCCESS || agmm_ctx_sync(j->ctx) != AGMM_SUCCESS ||
          bench_sync(dev) != 0 || bench_download(dev, hout, dout, (size_t)n * esz)))
         ok = cell_fail(j, CELL_ERROR, why(j, "run failed"));
@@ -317,9 +332,7 @@ static void run_all_reduce(cell_job *j)
             cell_fail(j, CELL_WRONG, what);
         }
     }
-    bench_sync_barrier(j->res);
-    if (!o->check_only && cell_ok(j) && time_plan(j, plan, &io) != 0)
-        cell_fail(j, CELL_ERROR, why(j, "timed run failed"));
+    time_plan(j, plan, &io, cell_agreed_ok(j) && !o->check_only);
     bench_free(dev, dout);
     free(hin);
     free(hout);
@@ -333,10 +346,21 @@ agmm_status bench_rank_main(agmm_ctx *ctx, void *arg)
     bench_results *res = arg;
     bench_dev dev;
     int timed = res->opt.iters > 0 ? res->opt.iters : 1;
-    if (bench_dev_init(&dev, ctx, res->opt.flush, timed) != 0) {
+    int init_ok = bench_dev_init(&dev, ctx, res->opt.flush, timed) == 0;
+    if (!init_ok) {
         fprintf(stderr, "agmm-bench: rank %d: %s\n", agmm_ctx_rank(ctx), dev.err);
+        bench_sync_lock(res);
+        res->init_failed = 1;
+        bench_sync_unlock(res);
+    }
+    /* If any rank cannot run, none does: the others would wait for it at the first barrier. */
+    bench_sync_barrier(res);
+    bench_sync_lock(res);
+    int any_failed = res->init_failed;
+    bench_sync_unlock(res);
+    if (any_failed) {
         bench_dev_fini(&dev);
-        return AGMM_ERR_CUDA;
+        return init_ok ? AGMM_SUCCESS : AGMM_ERR_CUDA;
     }
     cell_job j = {ctx, res, &dev, agmm_ctx_rank(ctx), res->nranks, 0, 0};
     for (j.row = 0; j.row < res->nrows; j.row++) {

@@ -67,10 +67,11 @@ static derived derive(const bench_results *r, const bench_row *row, int b)
     double t_s = c->mean_us * 1e-6;
     if (r->opt.op == BENCH_AG_MATMUL) {
         d.tflops = 2.0 * r->nranks * (double)row->m * (double)row->n * (double)row->k / t_s * 1e-12;
-        if (row->gemm_us > 0)
-            d.overlap = row->gemm_us / c->mean_us;
-        if (row->engine_us > 0)
-            d.vs_engine = c->mean_us / row->engine_us;
+        /* The plain GEMMs are timed as medians (bench_mem.h): divide like by like. */
+        if (row->gemm_us > 0 && c->median_us > 0)
+            d.overlap = row->gemm_us / c->median_us;
+        if (row->engine_us > 0 && c->median_us > 0)
+            d.vs_engine = c->median_us / row->engine_us;
     } else {
         double bytes = (double)row->n * (r->opt.dtype == AGMM_DTYPE_F32 ? 4 : 2);
         d.algbw_gbps = bytes / t_s * 1e-9;
@@ -154,17 +155,19 @@ void report_print(const bench_results *r, FILE *f)
         }
     }
     if (r->opt.op == BENCH_AG_MATMUL)
-        fprintf(f, "# overlap = time of the plain GEMM (%s) on the gathered shape / time of the backend (1.0: communication\n"
-                   "#   hidden); t/engine = time of the backend / time of agmm's GEMM engine alone on that shape\n",
+        fprintf(f, "# overlap = median time of the plain GEMM (%s) on the gathered shape / median time of the backend\n"
+                   "#   (1.0: communication hidden); t/engine = median time of the backend / median time of agmm's GEMM\n"
+                   "#   engine alone on that shape\n",
                 r->gpu ? "cuBLASLt" : "the CPU GEMM");
 }
 
 static void csv_num(FILE *f, double v)
 {
+    /* %g, not a fixed number of decimals: CPU-world TFLOP/s are ~1e-6 and would print as 0. */
     if (isnan(v))
         fputs(",", f);
     else
-        fprintf(f, ",%.4f", v);
+        fprintf(f, ",%.6g", v);
 }
 
 int report_csv(const bench_results *r, const char *path)
@@ -195,7 +198,9 @@ int report_csv(const bench_results *r, const char *path)
             csv_num(f, d.overlap);
             csv_num(f, row->gemm_us > 0 ? row->gemm_us : NAN);
             csv_num(f, row->engine_us > 0 ? row->engine_us : NAN);
-            fprintf(f, ",%.3e,%d,%d,\"", c->err, c->exact_a, best == b);
+            /* An error figure only where the cell was checked, as in the JSON. */
+            csv_num(f, c->state == CELL_OK || c->state == CELL_WRONG ? c->err : NAN);
+            fprintf(f, ",%d,%d,\"", c->exact_a, best == b);
             for (const char *p = c->note; *p; p++)
                 fputc(*p == '"' ? '\'' : *p, f);
             fputs("\"\n", f);

@@ -65,10 +65,12 @@ static agmm_status plan_create(agmm_plan **out, agmm_ctx *ctx, agmm_op op, const
 
 agmm_status agmm_plan_ag_matmul(agmm_plan **out, agmm_ctx *ctx, const agmm_ag_matmul_desc *desc)
 {
-    if (out == NULL || ctx == NULL)
+    if (ctx == NULL)
         return AGMM_ERR_INVALID_ARG;
-    *out = NULL;
     agmm_error_clear(&ctx->err);
+    if (out == NULL) /* agmm.h: an INVALID_ARG names its argument in agmm_last_error */
+        return AGMM_FAIL(&ctx->err, AGMM_ERR_INVALID_ARG, "plan is NULL");
+    *out = NULL;
     agmm_status st = agmm_check_ag_matmul(desc, ctx->world->nranks, &ctx->err);
     if (st != AGMM_SUCCESS)
         return st;
@@ -95,10 +97,12 @@ agmm_status agmm_plan_ag_matmul(agmm_plan **out, agmm_ctx *ctx, const agmm_ag_ma
 
 agmm_status agmm_plan_all_reduce(agmm_plan **out, agmm_ctx *ctx, const agmm_all_reduce_desc *desc)
 {
-    if (out == NULL || ctx == NULL)
+    if (ctx == NULL)
         return AGMM_ERR_INVALID_ARG;
-    *out = NULL;
     agmm_error_clear(&ctx->err);
+    if (out == NULL) /* agmm.h: an INVALID_ARG names its argument in agmm_last_error */
+        return AGMM_FAIL(&ctx->err, AGMM_ERR_INVALID_ARG, "plan is NULL");
+    *out = NULL;
     agmm_status st = agmm_check_all_reduce(desc, &ctx->err);
     if (st != AGMM_SUCCESS)
         return st;
