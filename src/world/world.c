@@ -267,21 +267,49 @@ agmm_status agmm_ctx_sync(agmm_ctx *ctx)
     return agmm_ctx_gpu_sync(ctx);
 }
 
+/* What the rank threads of one agmm_world_run share: they call fn only once every rank has its
+ * context, so that no rank enters fn's collectives while a peer never will (its context failed,
+ * or its thread could not start). */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int expected;     /* threads that will report; lowered if a thread could not start */
+    int reported;
+    int failed;
+} run_gate;
+
 typedef struct {
     agmm_world *world;
     int rank;
     agmm_rank_fn fn;
     void *arg;
+    run_gate *gate;
     agmm_status status;
 } rank_thread;
+
+/* Reports whether this rank has its context; returns 1 when every rank has one. */
+static int gate_pass(run_gate *g, int ok)
+{
+    pthread_mutex_lock(&g->mu);
+    g->reported++;
+    g->failed |= !ok;
+    pthread_cond_broadcast(&g->cv);
+    while (g->reported < g->expected)
+        pthread_cond_wait(&g->cv, &g->mu);
+    int all = !g->failed;
+    pthread_mutex_unlock(&g->mu);
+    return all;
+}
 
 static void *rank_main(void *p)
 {
     rank_thread *t = p;
     agmm_ctx *ctx = NULL;
     t->status = agmm_ctx_create(&ctx, t->world, t->rank);
-    if (t->status == AGMM_SUCCESS)
+    if (gate_pass(t->gate, t->status == AGMM_SUCCESS) && t->status == AGMM_SUCCESS)
         t->status = t->fn(ctx, t->arg);
+    else if (t->status == AGMM_SUCCESS)
+        t->status = AGMM_ERR_INTERNAL; /* a peer has no context: fn would wait for it */
     agmm_ctx_destroy(ctx);
     return NULL;
 }
@@ -292,14 +320,24 @@ agmm_status agmm_world_run(agmm_world *w, agmm_rank_fn fn, void *arg)
         return AGMM_ERR_INVALID_ARG;
     rank_thread t[AGMM_MAX_RANKS];
     pthread_t tid[AGMM_MAX_RANKS];
+    run_gate gate = {.expected = w->nlocal};
+    pthread_mutex_init(&gate.mu, NULL);
+    pthread_cond_init(&gate.cv, NULL);
     int started = 0;
     for (int i = 0; i < w->nlocal; i++) {
-        t[i] = (rank_thread){w, w->first_rank + i, fn, arg, AGMM_SUCCESS};
-        if (pthread_create(&tid[i], NULL, rank_main, &t[i]) != 0) {
-            t[i].status = AGMM_ERR_INTERNAL;
+        t[i] = (rank_thread){w, w->first_rank + i, fn, arg, &gate, AGMM_SUCCESS};
+        if (pthread_create(&tid[i], NULL, rank_main, &t[i]) != 0)
             break;
-        }
         started++;
+    }
+    if (started < w->nlocal) {
+        /* The started ranks' context creation times out waiting for the missing ones; the gate
+         * then keeps them out of fn. */
+        pthread_mutex_lock(&gate.mu);
+        gate.expected = started;
+        gate.failed = 1;
+        pthread_cond_broadcast(&gate.cv);
+        pthread_mutex_unlock(&gate.mu);
     }
     agmm_status st = started == w->nlocal ? AGMM_SUCCESS : AGMM_ERR_INTERNAL;
     for (int i = 0; i < started; i++) {
@@ -307,5 +345,7 @@ agmm_status agmm_world_run(agmm_world *w, agmm_rank_fn fn, void *arg)
         if (st == AGMM_SUCCESS && t[i].status != AGMM_SUCCESS)
             st = t[i].status;
     }
+    pthread_cond_destroy(&gate.cv);
+    pthread_mutex_destroy(&gate.mu);
     return st;
 }
