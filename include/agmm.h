@@ -133,12 +133,12 @@ typedef enum {
 } agmm_layout;
 
 typedef struct {
-    int64_t m;             /* rows of A per rank (the seed's M) */
-    int64_t n;
-    int64_t k;             /* bf16: multiple of 8 (16-byte rows for TMA) */
+    int64_t m;             /* rows of A per rank (the seed's M), >= 1 */
+    int64_t n;             /* >= 1; a multiple of 8 with a row-major B (16-byte rows) */
+    int64_t k;             /* a multiple of 8 (16-byte rows of A for TMA) */
     agmm_layout b_layout;
     agmm_backend backend;
-    int splits;            /* chunks per rank for ce/fused; 0 means 1 */
+    int splits;            /* chunks per rank for ce/fused: 0 (means 1) .. min(m, 1024) */
 } agmm_ag_matmul_desc;
 
 typedef struct {
@@ -155,7 +155,7 @@ agmm_status agmm_plan_ag_matmul(agmm_plan **plan, agmm_ctx *ctx, const agmm_ag_m
 agmm_status agmm_plan_all_reduce(agmm_plan **plan, agmm_ctx *ctx, const agmm_all_reduce_desc *desc);
 /* Collective: a rank destroys its plans in the same order as its peers. */
 void agmm_plan_destroy(agmm_plan *plan);
-agmm_backend agmm_plan_backend(const agmm_plan *plan);  /* AUTO resolved to what runs */
+agmm_backend agmm_plan_backend(const agmm_plan *plan);  /* AUTO resolved to what runs; AUTO for NULL */
 
 /* The rank's symmetric input buffer, owned by the plan: A_r (m x k bf16, row-major) for
  * ag_matmul, the n-element vector for all_reduce. Device memory on GPUs, host memory in the CPU

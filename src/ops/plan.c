@@ -135,7 +135,7 @@ void agmm_plan_destroy(agmm_plan *p)
     free(p);
 }
 
-agmm_backend agmm_plan_backend(const agmm_plan *p) { return p->ops->id; }
+agmm_backend agmm_plan_backend(const agmm_plan *p) { return p ? p->ops->id : AGMM_BACKEND_AUTO; }
 void *agmm_plan_input(agmm_plan *p) { return p && p->input ? p->input->local : NULL; }
 
 agmm_status agmm_plan_run(agmm_plan *p, const agmm_io *io, void *stream)
