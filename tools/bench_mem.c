@@ -149,8 +149,7 @@ int bench_download(bench_dev *dev, void *dst, const void *src, size_t bytes)
 
 int bench_poison_bf16(bench_dev *dev, void *dst, size_t count)
 {
-    /* 0x7fc1 has equal bytes neither way, so poison with a byte pattern that is also a NaN:
-     * 0xffff is a bf16 NaN, and memset can write it on both host and device. */
+    /* Byte-wise poison, so memset can write it on host and device alike: 0xffff is a bf16 NaN. */
 #ifdef AGMM_HAVE_CUDA
     if (dev->gpu) {
         CU(dev, cudaMemsetAsync(dst, 0xff, count * 2, (cudaStream_t)dev->stream));

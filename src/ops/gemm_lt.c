@@ -16,15 +16,6 @@ struct agmm_gemm_lt {
     int64_t rows, n, k;
 };
 
-agmm_status agmm_ag_matmul_check_io(agmm_ctx *ctx, const agmm_io *io)
-{
-    if (((uintptr_t)io->b | (uintptr_t)io->a_gathered | (uintptr_t)io->c) % 16 != 0)
-        return AGMM_FAIL(&ctx->err, AGMM_ERR_INVALID_ARG,
-                         "io->b=%p, io->a_gathered=%p and io->c=%p must be 16-byte aligned", io->b, io->a_gathered,
-                         io->c);
-    return AGMM_SUCCESS;
-}
-
 unsigned agmm_gemm_lt_align(uint64_t bytes)
 {
     unsigned a = 16;

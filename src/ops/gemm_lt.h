@@ -45,8 +45,4 @@ agmm_status agmm_gemm_lt_warm(const agmm_gemm_lt *g, const void *a, const void *
  * is 16-byte aligned). */
 unsigned agmm_gemm_lt_align(uint64_t bytes);
 
-/* Shared by the ag_matmul backends built on this wrapper: io->b, io->a_gathered and io->c must be
- * 16-byte aligned (what their GEMMs were planned for), else AGMM_ERR_INVALID_ARG in ctx. */
-agmm_status agmm_ag_matmul_check_io(agmm_ctx *ctx, const agmm_io *io);
-
 #endif

@@ -5,7 +5,6 @@
 #include "backend.h"
 #include "../core/validate.h"
 #ifdef AGMM_HAVE_CUDA
-#include "gemm_lt.h"
 #include "../world/ctx_gpu.h"
 #endif
 
@@ -174,8 +173,13 @@ agmm_status agmm_plan_run(agmm_plan *p, const agmm_io *io, void *stream)
         st = agmm_ctx_gpu_check_dev_error(ctx);
         if (st == AGMM_SUCCESS)
             st = agmm_ctx_gpu_check_stream(ctx, (cudaStream_t)stream);
-        if (st == AGMM_SUCCESS && p->op == AGMM_OP_AG_MATMUL)
-            st = agmm_ag_matmul_check_io(ctx, io);
+        /* Every GPU GEMM (cuBLASLt's plans, the engine's TMA maps) was set up for 16-byte
+         * aligned operands. */
+        if (st == AGMM_SUCCESS && p->op == AGMM_OP_AG_MATMUL &&
+            ((uintptr_t)io->b | (uintptr_t)io->a_gathered | (uintptr_t)io->c) % 16 != 0)
+            st = AGMM_FAIL(&ctx->err, AGMM_ERR_INVALID_ARG,
+                           "io->b=%p, io->a_gathered=%p and io->c=%p must be 16-byte aligned", io->b, io->a_gathered,
+                           io->c);
         if (st != AGMM_SUCCESS)
             return st;
     }
