@@ -16,7 +16,7 @@ CUDA_HOME ?= $(if $(NVCC),$(patsubst %/bin/nvcc,%,$(realpath $(NVCC))),/usr/loca
 NCCL_HOME ?= $(CUDA_HOME)
 
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
-CFLAGS  := -std=c11 -O2 -g -D_GNU_SOURCE -Iinclude -Isrc $(WARN) -pthread
+CFLAGS  := -std=c11 -O2 -g -fPIC -D_GNU_SOURCE -Iinclude -Isrc $(WARN) -pthread
 LDLIBS  := -pthread -lm
 ifneq ($(SAN),)
 CFLAGS  += -fsanitize=$(SAN) -fno-omit-frame-pointer -O1
@@ -27,22 +27,17 @@ ifeq ($(CUDA),1)
 CFLAGS  += -DAGMM_HAVE_CUDA -I$(CUDA_HOME)/include -I$(NCCL_HOME)/include
 NVFLAGS := -std=c++17 -O3 -g -lineinfo -gencode=arch=compute_90a,code=sm_90a \
            -Iinclude -Isrc -I$(NCCL_HOME)/include -DAGMM_HAVE_CUDA \
-           -Xcompiler -Wall,-Werror,-Wno-unused-parameter --Werror all-warnings
+           -Xcompiler -fPIC,-Wall,-Werror,-Wno-unused-parameter --Werror all-warnings
 LDFLAGS += -Wl,--enable-new-dtags,-rpath,$(CUDA_HOME)/lib64,-rpath,$(NCCL_HOME)/lib
 LDLIBS  += -L$(CUDA_HOME)/lib64 -L$(NCCL_HOME)/lib -lcudart_static -lcublasLt -l:libnccl.so.2 \
            -ldl -lrt -lstdc++
 endif
 
-# Sources by layer (design.md §3). What the CPU world needs builds everywhere; the rest of src
-# (GPU backends, GPU world and heap, kernels) only with CUDA.
-CPU_C   := $(wildcard src/core/*.c src/cpu/*.c) src/world/world.c src/symm/symm.c src/ops/plan.c src/ops/registry.c
-ifeq ($(CUDA),1)
-LIB_C   := $(CPU_C) $(filter-out $(CPU_C),$(wildcard src/world/*.c src/symm/*.c src/ops/*.c))
-LIB_CU  := $(wildcard src/kernels/*.cu src/symm/*.cu)
-else
-LIB_C   := $(CPU_C)
-LIB_CU  :=
-endif
+# Sources by layer (docs/architecture.md), lowest first. Every C file builds everywhere: its GPU
+# parts are under #ifdef AGMM_HAVE_CUDA. CUDA files (.cu) build only with CUDA.
+LAYERS  := core cpu kernels world symm backends api
+LIB_C   := $(foreach l,$(LAYERS),$(wildcard src/$(l)/*.c))
+LIB_CU  := $(if $(filter 1,$(CUDA)),$(foreach l,$(LAYERS),$(wildcard src/$(l)/*.cu)))
 LIB_OBJ := $(LIB_C:%.c=$(BUILD)/%.o) $(LIB_CU:%.cu=$(BUILD)/%.o)
 
 TEST_C     := $(wildcard tests/test_*.c) tests/harness.c
@@ -50,11 +45,15 @@ GPUTEST_C  := $(wildcard tests/gpu/*.c) tests/harness.c
 BENCH_C    := $(wildcard tools/*.c)
 
 .PHONY: all test gputest clean
-all: $(BUILD)/agmm-bench $(BUILD)/agmm-test $(if $(filter 1,$(CUDA)),$(BUILD)/agmm-gputest)
+all: $(BUILD)/agmm-bench $(BUILD)/agmm-test $(BUILD)/libagmm.so $(if $(filter 1,$(CUDA)),$(BUILD)/agmm-gputest)
 
 $(BUILD)/libagmm.a: $(LIB_OBJ)
 	@mkdir -p $(@D)
-	ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $^
+
+# The shared library other programs (and the Python package) load.
+$(BUILD)/libagmm.so: $(LIB_OBJ)
+	$(CC) -shared $(LDFLAGS) -Wl,-soname,libagmm.so.$(shell sed -n 's/^#define AGMM_VERSION_MINOR \([0-9]*\)/0.\1/p' include/agmm.h) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/agmm-bench: $(BENCH_C:%.c=$(BUILD)/%.o) $(BUILD)/libagmm.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)

@@ -86,5 +86,12 @@ rc=$?
 check "CPU all_reduce run exits 0 (got $rc; $(tail -c 200 "$tmp/err"))" $rc
 grep -q "busbw" "$tmp/out"; check "all_reduce table has busbw" $?
 
+# The README's backend table is the library's table as agmm-bench prints it, verbatim.
+"$bench" --list-backends >"$tmp/lb" 2>"$tmp/err"
+rc=$?
+sed -n '/<!-- backends: begin -->/,/<!-- backends: end -->/p' "$(dirname "$0")/../README.md" | sed '1d;$d' >"$tmp/rt"
+[ $rc -eq 0 ] && [ -s "$tmp/lb" ] && cmp -s "$tmp/lb" "$tmp/rt"
+check "README's backend table is agmm-bench --list-backends verbatim (got $rc; regenerate it from that output)" $?
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -15,7 +15,12 @@ void test_validate_ag_matmul(void);
 void test_validate_all_reduce(void);
 void test_validate_plan_api(void);
 void test_validate_run_io(void);
+void test_validate_run_misuse(void);
 void test_validate_host_collective_order(void);
+
+/* test_backends.c: the backend table and the public backend queries. */
+void test_backend_table(void);
+void test_backend_queries(void);
 
 /* test_cpu_backends.c: every CPU backend against the fp64 reference. */
 void test_cpu_reference(void);

@@ -1,9 +1,11 @@
 /* Every CPU-world backend against the fp64 reference (src/cpu/reference.h), over repeated runs
- * (epochs), and which backend AUTO picks.
+ * (epochs), and which backend `auto` picks. The backends come from the library's table
+ * (agmm_backend_name): every one available in the CPU world is run; test_cpu_auto_backend checks
+ * which those are.
  *
  * (The protocol tests, fused waits and timeouts, are in test_cpu_protocols.c.)
  *
- * Method (style.md): outputs poisoned before each run; every plan run 3 times in a row with
+ * Method: outputs poisoned before each run; every plan run 3 times in a row with
  * fresh inputs; small shapes with small-integer inputs compared bit for bit with the reference
  * rounded to bf16 (values in -2..2 and K <= 64 keep every partial sum an integer of magnitude
  * <= 256, exact in fp32 and in bf16); larger ones with uniform inputs within a stated relative
@@ -109,8 +111,17 @@ void test_cpu_reference(void)
 
 /* ---- all-gather matmul ---- */
 
-enum { NB = 3 };
-static const agmm_backend mm_backends[NB] = {AGMM_BACKEND_NCCL, AGMM_BACKEND_CE, AGMM_BACKEND_FUSED};
+enum { MAX_NB = 8 };
+
+/* The backends of `op` the table lists and `world` can run, in table order; returns how many. */
+static int cpu_backends(const agmm_world *world, agmm_op op, const char **names)
+{
+    int nb = 0;
+    for (int i = 0; agmm_backend_name(op, i) != NULL && nb < MAX_NB; i++)
+        if (agmm_backend_available(world, op, agmm_backend_name(op, i), NULL, 0))
+            names[nb++] = agmm_backend_name(op, i);
+    return nb;
+}
 
 typedef struct {
     int nranks;
@@ -132,7 +143,9 @@ typedef struct {
 typedef struct {
     mm_case c;
     uint64_t seed;
-    mm_result res[AGMM_MAX_RANKS][NB];
+    int nb;
+    const char *backends[MAX_NB];   /* backends[0] is the one the others must equal bit for bit */
+    mm_result res[AGMM_MAX_RANKS][MAX_NB];
 } mm_job;
 
 static void note(char *detail, size_t len, const char *fmt, int run, int64_t idx, int64_t cols)
@@ -155,7 +168,8 @@ static agmm_status mm_rank(agmm_ctx *ctx, void *arg)
     int rank = agmm_ctx_rank(ctx), nranks = cs->nranks;
     int64_t m = cs->m, n = cs->n, k = cs->k, rows = nranks * m;
     mm_result *res = job->res[rank];
-    agmm_plan *plans[NB] = {0};
+    const int nb = job->nb;
+    agmm_plan *plans[MAX_NB] = {0};
 
     mm_data data[RUNS] = {{0}};
     uint16_t *a_out = malloc(sizeof(uint16_t) * (size_t)(rows * k));
@@ -178,12 +192,12 @@ static agmm_status mm_rank(agmm_ctx *ctx, void *arg)
         test_fill_bf16(dt->b, k * n, test_seed_of(job->seed, rank, run, 2), cs->exact ? 2 : 0);
         ok &= agmm_ref_gemm_bf16(dt->a, dt->b, cs->layout, rows, n, k, dt->ref, dt->ref16) == AGMM_SUCCESS;
     }
-    for (int bi = 0; bi < NB; bi++)
+    for (int bi = 0; bi < nb; bi++)
         res[bi].status = ok ? AGMM_SUCCESS : AGMM_ERR_NO_MEMORY;
 
     /* Collective: every rank creates the plans in the same order, even after a failure. */
-    for (int bi = 0; bi < NB; bi++) {
-        agmm_ag_matmul_desc d = {.m = m, .n = n, .k = k, .b_layout = cs->layout, .backend = mm_backends[bi],
+    for (int bi = 0; bi < nb; bi++) {
+        agmm_ag_matmul_desc d = {.m = m, .n = n, .k = k, .b_layout = cs->layout, .backend = job->backends[bi],
                                  .splits = cs->splits};
         agmm_status st = agmm_plan_ag_matmul(&plans[bi], ctx, &d);
         if (st != AGMM_SUCCESS) {
@@ -196,15 +210,15 @@ static agmm_status mm_rank(agmm_ctx *ctx, void *arg)
     /* Each plan RUNS times back to back: the next input is written as soon as a run returns, so
      * a run that returned while a peer still read this rank's shard shows up (wrong A or C here,
      * a race under ThreadSanitizer). */
-    for (int bi = 0; ok && bi < NB; bi++) {
+    for (int bi = 0; ok && bi < nb; bi++) {
         mm_result *rr = &res[bi];
         for (int run = 0; run < RUNS; run++) {
             const mm_data *dt = &data[run];
             memcpy(agmm_plan_input(plans[bi]), dt->a + rank * m * k, sizeof(uint16_t) * (size_t)(m * k));
             test_poison_bf16(a_out, rows * k);
             test_poison_bf16(c_out, rows * n);
-            agmm_io io = {.b = dt->b, .a_gathered = a_out, .c = c_out};
-            agmm_status st = agmm_plan_run(plans[bi], &io, NULL);
+            agmm_ag_matmul_io io = {.b = dt->b, .a_gathered = a_out, .c = c_out};
+            agmm_status st = agmm_ag_matmul(plans[bi], &io, NULL);
             if (st != AGMM_SUCCESS) {
                 rr->status = st;
                 snprintf(rr->msg, sizeof rr->msg, "run %d: %s", run, agmm_last_error(ctx));
@@ -235,11 +249,13 @@ static agmm_status mm_rank(agmm_ctx *ctx, void *arg)
                 memcpy(c_first[run], c_out, sizeof(uint16_t) * (size_t)(rows * n));
             } else if ((bad = agmm_ref_first_mismatch(c_out, c_first[run], rows * n, 2)) >= 0) {
                 rr->same_bad++;
-                note(rr->detail, sizeof rr->detail, "run %d: C differs from nccl's at (%lld, %lld)", run, bad, n);
+                char fmt[96];
+                snprintf(fmt, sizeof fmt, "run %%d: C differs from %s's at (%%lld, %%lld)", job->backends[0]);
+                note(rr->detail, sizeof rr->detail, fmt, run, bad, n);
             }
         }
     }
-    for (int bi = 0; bi < NB; bi++)
+    for (int bi = 0; bi < nb; bi++)
         agmm_plan_destroy(plans[bi]);
     for (int run = 0; run < RUNS; run++) {
         free(data[run].a), free(data[run].b), free(data[run].ref16), free(data[run].ref);
@@ -256,11 +272,14 @@ static void run_mm_case(const mm_case *cs, uint64_t seed)
     job->seed = seed;
     agmm_world *world = test_cpu_world(cs->nranks, 0);
     if (world) {
+        job->nb = cpu_backends(world, AGMM_OP_AG_MATMUL, job->backends);
+        if (job->nb == 0)
+            agmm_check(0, "ag_matmul: the CPU world can run no backend of the table");
         agmm_world_run(world, mm_rank, job);
         agmm_world_destroy(world);
     }
-    for (int bi = 0; bi < NB; bi++) {
-        const char *name = agmm_backend_name(mm_backends[bi]);
+    for (int bi = 0; bi < job->nb; bi++) {
+        const char *name = job->backends[bi];
         agmm_status st = world ? AGMM_SUCCESS : AGMM_ERR_INTERNAL;
         const char *msg = "";
         int runs = RUNS, a_bad = 0, c_bad = 0, same_bad = 0;
@@ -288,13 +307,16 @@ static void run_mm_case(const mm_case *cs, uint64_t seed)
             snprintf(why, sizeof why, ": %s", detail);
         agmm_check(ran && a_bad == 0, "%s gathered A exact (%d runs x %d ranks)%s", shape, RUNS, cs->nranks,
                    a_bad || !ran ? why : "");
+        char same[64] = "";
+        if (bi)
+            snprintf(same, sizeof same, "%s bit-equal to %s", cs->exact ? " and" : ",", job->backends[0]);
         if (cs->exact)
             agmm_check(ran && c_bad == 0 && same_bad == 0, "%s exact vs fp64 reference%s (%d runs x %d ranks)%s",
-                       shape, bi ? " and bit-equal to nccl" : "", RUNS, cs->nranks, why);
+                       shape, same, RUNS, cs->nranks, why);
         else
             agmm_check(ran && c_bad == 0 && same_bad == 0 && worst <= TOL_BF16,
                        "%s rel_fro=%.1e <= %.0e vs fp64 reference%s (%d runs x %d ranks)%s", shape, worst, TOL_BF16,
-                       bi ? ", bit-equal to nccl" : "", RUNS, cs->nranks, why);
+                       same, RUNS, cs->nranks, why);
     }
     free(job);
 }
@@ -342,11 +364,10 @@ void test_cpu_ag_matmul_random(void)
 
 /* ---- all-reduce ---- */
 
-enum { AR_NB = 3, AR_MAX_CONFIGS = 3 * 2 * 2 * 5 };
-static const agmm_backend ar_backends[AR_NB] = {AGMM_BACKEND_NCCL, AGMM_BACKEND_ONE_SHOT, AGMM_BACKEND_TWO_SHOT};
+enum { AR_MAX_CONFIGS = MAX_NB * 2 * 2 * 5 };
 
 typedef struct {
-    agmm_backend backend;
+    const char *backend;
     agmm_dtype dtype;
     int in_place;
     int64_t n;
@@ -410,8 +431,8 @@ static void ar_one(agmm_ctx *ctx, const ar_job *job, int ci, ar_result *res)
             test_poison_bf16(out, cf->n);
         else if (!cf->in_place)
             memset(out, 0xff, bytes); /* an fp32 NaN */
-        agmm_io io = {.out = out};
-        agmm_status st = agmm_plan_run(plan, &io, NULL);
+        agmm_all_reduce_io io = {.out = out};
+        agmm_status st = agmm_all_reduce(plan, &io, NULL);
         if (st != AGMM_SUCCESS) {
             res->status = st;
             snprintf(res->msg, sizeof res->msg, "run %d: %s", run, agmm_last_error(ctx));
@@ -458,14 +479,18 @@ void test_cpu_all_reduce(void)
         job->nranks = ws[wi];
         int64_t ns[5] = {1, 7, 4093, 16387, ws[wi] - 1};
         int nn = ws[wi] >= 3 ? 5 : 4; /* n = W-1 < W, n > 1 */
-        for (int bi = 0; bi < AR_NB; bi++)
-            for (int dt = 0; dt < 2; dt++)
-                for (int ip = 0; ip < 2; ip++)
-                    for (int ni = 0; ni < nn; ni++)
-                        job->cfg[job->nconfigs++] = (ar_config){ar_backends[bi], dt ? AGMM_DTYPE_F32 : AGMM_DTYPE_BF16,
-                                                                ip, ns[ni]};
         agmm_world *world = test_cpu_world(job->nranks, 0);
         if (world) {
+            const char *backends[MAX_NB];
+            int nb = cpu_backends(world, AGMM_OP_ALL_REDUCE, backends);
+            if (nb == 0)
+                agmm_check(0, "all_reduce: the CPU world can run no backend of the table");
+            for (int bi = 0; bi < nb; bi++)
+                for (int dt = 0; dt < 2; dt++)
+                    for (int ip = 0; ip < 2; ip++)
+                        for (int ni = 0; ni < nn; ni++)
+                            job->cfg[job->nconfigs++] = (ar_config){backends[bi], dt ? AGMM_DTYPE_F32 : AGMM_DTYPE_BF16,
+                                                                    ip, ns[ni]};
             agmm_world_run(world, ar_rank, job);
             agmm_world_destroy(world);
         }
@@ -491,17 +516,17 @@ void test_cpu_all_reduce(void)
             agmm_check(ok && exact_bad == 0 && worst <= tol && equal,
                        "all_reduce/%s W=%d n=%lld %s %s: exact on small integers, rel_fro=%.1e <= %.0e on uniform, "
                        "every rank bitwise equal (%d runs)%s%s",
-                       agmm_backend_name(cf->backend), job->nranks, (long long)cf->n, agmm_dtype_name(cf->dtype),
+                       cf->backend, job->nranks, (long long)cf->n, agmm_dtype_name(cf->dtype),
                        cf->in_place ? "in-place" : "out-of-place", worst, tol, RUNS, msg[0] ? ": " : "", msg);
         }
         free(job);
     }
 }
 
-/* ---- AUTO and unavailable backends ---- */
+/* ---- auto and unavailable backends ---- */
 
 typedef struct {
-    agmm_backend mm, ar;
+    char mm[32], ar[32];   /* agmm_plan_backend of the auto plans ("" if planning failed) */
     agmm_status plain_status;
     char plain_msg[AGMM_ERROR_LEN];
 } auto_result;
@@ -510,17 +535,30 @@ static agmm_status auto_rank(agmm_ctx *ctx, void *arg)
 {
     auto_result *res = (auto_result *)arg + agmm_ctx_rank(ctx);
     agmm_plan *mm = NULL, *ar = NULL, *plain = NULL;
-    agmm_ag_matmul_desc md = {.m = 8, .n = 8, .k = 8, .backend = AGMM_BACKEND_AUTO};
-    agmm_all_reduce_desc ad = {.n = 8, .dtype = AGMM_DTYPE_BF16, .backend = AGMM_BACKEND_AUTO};
-    res->mm = agmm_plan_ag_matmul(&mm, ctx, &md) == AGMM_SUCCESS ? agmm_plan_backend(mm) : AGMM_BACKEND_COUNT;
-    res->ar = agmm_plan_all_reduce(&ar, ctx, &ad) == AGMM_SUCCESS ? agmm_plan_backend(ar) : AGMM_BACKEND_COUNT;
-    ad.backend = AGMM_BACKEND_NCCL_PLAIN;
+    agmm_ag_matmul_desc md = {.m = 8, .n = 8, .k = 8, .backend = NULL};
+    agmm_all_reduce_desc ad = {.n = 8, .dtype = AGMM_DTYPE_BF16, .backend = "auto"};
+    if (agmm_plan_ag_matmul(&mm, ctx, &md) == AGMM_SUCCESS)
+        snprintf(res->mm, sizeof res->mm, "%s", agmm_plan_backend(mm));
+    if (agmm_plan_all_reduce(&ar, ctx, &ad) == AGMM_SUCCESS)
+        snprintf(res->ar, sizeof res->ar, "%s", agmm_plan_backend(ar));
+    ad.backend = "nccl_plain";
     res->plain_status = agmm_plan_all_reduce(&plain, ctx, &ad);
     snprintf(res->plain_msg, sizeof res->plain_msg, "%s", agmm_last_error(ctx));
     agmm_plan_destroy(plain);
     agmm_plan_destroy(ar);
     agmm_plan_destroy(mm);
     return AGMM_SUCCESS;
+}
+
+/* "nccl ce fused": the backends of op the CPU world runs (what the tests above run). */
+static void cpu_list(const agmm_world *world, agmm_op op, char *buf, size_t len)
+{
+    const char *names[MAX_NB];
+    int nb = cpu_backends(world, op, names);
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < nb && used < len; i++)
+        used += (size_t)snprintf(buf + used, len - used, "%s%s", i ? " " : "", names[i]);
 }
 
 void test_cpu_auto_backend(void)
@@ -530,14 +568,21 @@ void test_cpu_auto_backend(void)
         return;
     auto_result res[2] = {0};
     agmm_world_run(world, auto_rank, res);
-    agmm_check(agmm_backend_available(world, AGMM_BACKEND_FUSED, 0) && agmm_backend_available(world, AGMM_BACKEND_TWO_SHOT, 1) &&
-                   !agmm_backend_available(world, AGMM_BACKEND_NCCL_PLAIN, 1),
-               "CPU world: fused and two_shot available, nccl_plain not");
+    char mm_list[128], ar_list[128];
+    cpu_list(world, AGMM_OP_AG_MATMUL, mm_list, sizeof mm_list);
+    cpu_list(world, AGMM_OP_ALL_REDUCE, ar_list, sizeof ar_list);
+    agmm_check(strcmp(mm_list, "nccl ce fused") == 0 && strcmp(ar_list, "nccl one_shot two_shot") == 0 &&
+                   !agmm_backend_available(world, AGMM_OP_ALL_REDUCE, "nccl_plain", NULL, 0),
+               "CPU world runs ag_matmul \"%s\" (want \"nccl ce fused\") and all_reduce \"%s\" (want \"nccl "
+               "one_shot two_shot\"): the backends tested above; nccl_plain not available",
+               mm_list, ar_list);
     agmm_world_destroy(world);
-    agmm_check(res[0].mm == AGMM_BACKEND_CE && res[1].mm == AGMM_BACKEND_CE &&
-                   res[0].ar == AGMM_BACKEND_ONE_SHOT && res[1].ar == AGMM_BACKEND_ONE_SHOT,
-               "CPU world W=2: auto resolves to ag_matmul/%s and all_reduce/%s on every rank",
-               agmm_backend_name(res[0].mm), agmm_backend_name(res[0].ar));
-    agmm_check(res[0].plain_status == AGMM_ERR_UNSUPPORTED && strstr(res[0].plain_msg, "nccl_plain") != NULL,
-               "CPU world: all_reduce/nccl_plain gives %s: \"%s\"", agmm_status_str(res[0].plain_status), res[0].plain_msg);
+    agmm_check(strcmp(res[0].mm, "ce") == 0 && strcmp(res[1].mm, "ce") == 0 && strcmp(res[0].ar, "one_shot") == 0 &&
+                   strcmp(res[1].ar, "one_shot") == 0,
+               "CPU world W=2: auto resolves to ag_matmul/%s and all_reduce/%s on every rank (want ce, one_shot)",
+               res[0].mm, res[0].ar);
+    agmm_check(res[0].plain_status == AGMM_ERR_UNSUPPORTED && strstr(res[0].plain_msg, "nccl_plain") != NULL &&
+                   res[1].plain_status == AGMM_ERR_UNSUPPORTED,
+               "CPU world: all_reduce/nccl_plain gives %s: \"%s\"", agmm_status_str(res[0].plain_status),
+               res[0].plain_msg);
 }

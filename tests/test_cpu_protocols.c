@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "agmm.h"
+#include "backends/ag_matmul_fused.h"
 #include "cpu/cpu.h"
 #include "cpu/reference.h"
 #include "cpu_tests.h"
@@ -36,7 +37,7 @@ static agmm_status wait_rank(agmm_ctx *ctx, void *arg)
     int rank = agmm_ctx_rank(ctx);
     const int64_t m = 96, n = 160, k = 64, rows = WAIT_W * m;
     agmm_plan *plan = NULL;
-    agmm_ag_matmul_desc d = {.m = m, .n = n, .k = k, .backend = AGMM_BACKEND_FUSED, .splits = WAIT_SPLITS};
+    agmm_ag_matmul_desc d = {.m = m, .n = n, .k = k, .backend = "fused", .splits = WAIT_SPLITS};
     res->status = agmm_plan_ag_matmul(&plan, ctx, &d);
     if (res->status != AGMM_SUCCESS) {
         snprintf(res->msg, sizeof res->msg, "%s", agmm_last_error(ctx));
@@ -45,8 +46,13 @@ static agmm_status wait_rank(agmm_ctx *ctx, void *arg)
     /* The second chunk of the next rank: its copy is the second in the queue, so the copy of
      * the first lands at once and everything queued after the delayed one lands late too. */
     res->delayed_chunk = ((rank + 1) % WAIT_W) * WAIT_SPLITS + 1;
-    agmm_cpu_fused_set_copy_delay(plan, res->delayed_chunk, WAIT_DELAY_US);
     res->delayed_lag_ns = res->local_margin_ns = INT64_MAX;
+    res->status = agmm_fused_set_copy_delay(plan, res->delayed_chunk, (int64_t)WAIT_DELAY_US * 1000);
+    if (res->status != AGMM_SUCCESS) {
+        snprintf(res->msg, sizeof res->msg, "agmm_fused_set_copy_delay: %s", agmm_last_error(ctx));
+        agmm_plan_destroy(plan);
+        return AGMM_SUCCESS;
+    }
 
     uint16_t *a = malloc(sizeof(uint16_t) * (size_t)(rows * k)), *b = malloc(sizeof(uint16_t) * (size_t)(k * n));
     uint16_t *a_out = malloc(sizeof(uint16_t) * (size_t)(rows * k)), *c = malloc(sizeof(uint16_t) * (size_t)(rows * n));
@@ -59,8 +65,8 @@ static agmm_status wait_rank(agmm_ctx *ctx, void *arg)
         memcpy(agmm_plan_input(plan), a + rank * m * k, sizeof(uint16_t) * (size_t)(m * k));
         test_poison_bf16(a_out, rows * k);
         test_poison_bf16(c, rows * n);
-        agmm_io io = {.b = b, .a_gathered = a_out, .c = c};
-        agmm_status st = agmm_plan_run(plan, &io, NULL);
+        agmm_ag_matmul_io io = {.b = b, .a_gathered = a_out, .c = c};
+        agmm_status st = agmm_ag_matmul(plan, &io, NULL);
         if (st != AGMM_SUCCESS) {
             res->status = st;
             snprintf(res->msg, sizeof res->msg, "run %d: %s", run, agmm_last_error(ctx));
@@ -69,11 +75,18 @@ static agmm_status wait_rank(agmm_ctx *ctx, void *arg)
         res->runs++;
         res->c_bad += agmm_ref_first_mismatch(c, ref16, rows * n, 2) >= 0 ||
                       agmm_ref_first_mismatch(a_out, a, rows * k, 2) >= 0;
-        agmm_cpu_chunk_times delayed;
-        agmm_cpu_fused_chunk_times(plan, res->delayed_chunk, &delayed);
+        agmm_fused_times delayed = {0};
+        if (agmm_fused_chunk_times(plan, res->delayed_chunk, &delayed) != AGMM_SUCCESS) {
+            res->status = AGMM_ERR_INTERNAL;
+            snprintf(res->msg, sizeof res->msg, "agmm_fused_chunk_times(chunk %d) failed", res->delayed_chunk);
+            break;
+        }
         for (int ch = 0; ch < WAIT_W * WAIT_SPLITS; ch++) {
-            agmm_cpu_chunk_times t;
-            agmm_cpu_fused_chunk_times(plan, ch, &t);
+            agmm_fused_times t = {0};
+            if (agmm_fused_chunk_times(plan, ch, &t) != AGMM_SUCCESS) {
+                res->waited_bad++;
+                continue;
+            }
             if (ch / WAIT_SPLITS == rank) {
                 int64_t margin = delayed.copy_done_ns - t.last_tile_ns;
                 res->local_bad += margin <= 0;
@@ -129,7 +142,7 @@ void test_cpu_fused_waits(void)
 #define TIMEOUT_S 0.3
 
 typedef struct {
-    agmm_backend backend;
+    const char *backend;
     int all_reduce;
     int nranks;
     int first_missing;             /* ranks first_missing.. never call run */
@@ -158,9 +171,10 @@ static agmm_status timeout_rank(agmm_ctx *ctx, void *arg)
     uint16_t *a = calloc((size_t)(rows * k), 2), *b = calloc((size_t)(k * n), 2), *c = calloc((size_t)(rows * n), 2);
     float out[100];
     if (st == AGMM_SUCCESS && rank < job->first_missing) {
-        agmm_io io = {.b = b, .a_gathered = a, .c = c, .out = out};
+        agmm_ag_matmul_io mm_io = {.b = b, .a_gathered = a, .c = c};
+        agmm_all_reduce_io ar_io = {.out = out};
         double t0 = now_s();
-        st = agmm_plan_run(plan, &io, NULL);
+        st = job->all_reduce ? agmm_all_reduce(plan, &ar_io, NULL) : agmm_ag_matmul(plan, &mm_io, NULL);
         job->elapsed_s[rank] = now_s() - t0;
     }
     job->status[rank] = st;
@@ -175,17 +189,17 @@ static agmm_status timeout_rank(agmm_ctx *ctx, void *arg)
 void test_cpu_timeout_missing_rank(void)
 {
     static const struct {
-        agmm_backend backend;
+        const char *backend;
         int all_reduce, nranks, first_missing;
         const char *names; /* what the message of ranks that ran must say */
     } cases[] = {
-        {AGMM_BACKEND_NCCL, 0, 3, 2, "rank 2 never arrived"},
-        {AGMM_BACKEND_CE, 0, 3, 2, "rank 2 never arrived"},
-        {AGMM_BACKEND_FUSED, 0, 3, 2, "rank 2 never arrived"},
-        {AGMM_BACKEND_NCCL, 1, 3, 2, "rank 2 never arrived"},
-        {AGMM_BACKEND_ONE_SHOT, 1, 3, 2, "rank 2 never arrived"},
-        {AGMM_BACKEND_TWO_SHOT, 1, 3, 2, "rank 2 never arrived"},
-        {AGMM_BACKEND_TWO_SHOT, 1, 5, 3, "rank 3 never arrived (its slot reads 0); missing too: rank 4"},
+        {"nccl", 0, 3, 2, "rank 2 never arrived"},
+        {"ce", 0, 3, 2, "rank 2 never arrived"},
+        {"fused", 0, 3, 2, "rank 2 never arrived"},
+        {"nccl", 1, 3, 2, "rank 2 never arrived"},
+        {"one_shot", 1, 3, 2, "rank 2 never arrived"},
+        {"two_shot", 1, 3, 2, "rank 2 never arrived"},
+        {"two_shot", 1, 5, 3, "rank 3 never arrived (its slot reads 0); missing too: rank 4"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         timeout_job *job = calloc(1, sizeof *job);
@@ -214,7 +228,7 @@ void test_cpu_timeout_missing_rank(void)
         }
         agmm_check(ok && worst < TIMEOUT_S + 1.0,
                    "%s/%s W=%d, ranks %d..%d never run: the others get %s after %.2f s at most (timeout %.1f s): \"%s\"",
-                   cases[i].all_reduce ? "all_reduce" : "ag_matmul", agmm_backend_name(cases[i].backend), job->nranks,
+                   cases[i].all_reduce ? "all_reduce" : "ag_matmul", cases[i].backend, job->nranks,
                    job->first_missing, job->nranks - 1, agmm_status_str(job->status[0]), worst, TIMEOUT_S,
                    job->msg[0]);
         free(job);
@@ -237,16 +251,16 @@ static agmm_status chunk_rank(agmm_ctx *ctx, void *arg)
     int rank = agmm_ctx_rank(ctx);
     const int64_t m = 16, n = 16, k = 16;
     agmm_plan *plan = NULL;
-    agmm_ag_matmul_desc d = {.m = m, .n = n, .k = k, .backend = AGMM_BACKEND_FUSED, .splits = 2};
+    agmm_ag_matmul_desc d = {.m = m, .n = n, .k = k, .backend = "fused", .splits = 2};
     agmm_status st = agmm_plan_ag_matmul(&plan, ctx, &d);
     uint16_t *a = calloc((size_t)(2 * m * k), 2), *b = calloc((size_t)(k * n), 2), *c = calloc((size_t)(2 * m * n), 2);
+    /* Rank 0's copy of chunk 3 (rank 1's second split) takes longer than the timeout. */
+    if (st == AGMM_SUCCESS && rank == 0)
+        st = agmm_fused_set_copy_delay(plan, 3, (int64_t)CHUNK_DELAY_US * 1000);
     if (st == AGMM_SUCCESS) {
-        /* Rank 0's copy of chunk 3 (rank 1's second split) takes longer than the timeout. */
-        if (rank == 0)
-            agmm_cpu_fused_set_copy_delay(plan, 3, CHUNK_DELAY_US);
-        agmm_io io = {.b = b, .a_gathered = a, .c = c};
+        agmm_ag_matmul_io io = {.b = b, .a_gathered = a, .c = c};
         double t0 = now_s();
-        st = agmm_plan_run(plan, &io, NULL);
+        st = agmm_ag_matmul(plan, &io, NULL);
         job->elapsed_s[rank] = now_s() - t0;
     }
     job->status[rank] = st;

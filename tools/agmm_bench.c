@@ -1,6 +1,6 @@
 /* agmm-bench: runs every backend of an operation over a sweep of shapes, checks each against a
- * reference, times it and prints the seed's table (design.md §5). On a machine without a GPU it
- * runs the CPU world and says so. */
+ * reference, times it and prints the seed's table (docs/design.md, "Benchmark method"). On a
+ * machine without a GPU it runs the CPU world and says so. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -9,9 +9,8 @@
 
 #include "bench.h"
 #include "bench_sync.h"
-#include "core/validate.h"
 
-static const char *const usage_text =
+static const char *const usage_head =
     "usage: agmm-bench [options]\n"
     "\n"
     "Runs every backend of an operation over a sweep, checks each result, times it and prints the\n"
@@ -24,8 +23,9 @@ static const char *const usage_text =
     "  --sizes LIST        all_reduce elements per rank, comma-separated; 2^E allowed\n"
     "                      (default: the seed's 4093,4096,5000,8192,8193,16384,16380,16387,\n"
     "                      2^15..2^20, and 2^22, 2^24, 2^27 on GPUs)\n"
-    "  --backends LIST     comma-separated: ag_matmul: nccl,ce,fused; all_reduce:\n"
-    "                      nccl,nccl_plain,one_shot,two_shot; auto too (default: all of them)\n"
+    "  --backends LIST     comma-separated backend names, auto too (default: every backend of the\n"
+    "                      op that runs in the world); the backends are listed below\n"
+    "  --list-backends     print the backends as a markdown table and exit\n"
     "  --world KIND        auto (default: GPUs if any, else the CPU), gpu, emulated, cpu\n"
     "  --ranks N           ranks (default: one per GPU; 4 on the CPU); with --world emulated,\n"
     "                      N ranks share the visible GPUs\n"
@@ -43,11 +43,34 @@ static const char *const usage_text =
     "\n"
     "Exit status: 0 every cell correct or skipped, 1 a wrong result or an error, 2 bad arguments.\n";
 
-void bench_usage(FILE *f) { fputs(usage_text, f); }
+static const agmm_op ops[] = {AGMM_OP_AG_MATMUL, AGMM_OP_ALL_REDUCE};
+
+void bench_usage(FILE *f)
+{
+    fputs(usage_head, f);
+    fputs("\nBackends (the library's table):\n", f);
+    for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++)
+        for (int i = 0; agmm_backend_name(ops[o], i) != NULL; i++)
+            fprintf(f, "  %-10s %-11s %s\n", i == 0 ? agmm_op_name(ops[o]) : "", agmm_backend_name(ops[o], i),
+                    agmm_backend_summary(ops[o], agmm_backend_name(ops[o], i)));
+}
+
+/* The backend table as markdown: the README's table is this output (tests/cli_test.sh checks). */
+static void list_backends(FILE *f)
+{
+    fputs("| op | backend | what it does |\n|---|---|---|\n", f);
+    for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++)
+        for (int i = 0; agmm_backend_name(ops[o], i) != NULL; i++)
+            fprintf(f, "| %s | `%s` | %s |\n", agmm_op_name(ops[o]), agmm_backend_name(ops[o], i),
+                    agmm_backend_summary(ops[o], agmm_backend_name(ops[o], i)));
+}
 
 static int bad(const char *opt, const char *val, const char *allowed)
 {
-    fprintf(stderr, "agmm-bench: %s %s: %s (see --help)\n", opt, val ? val : "(missing)", allowed);
+    if (val)
+        fprintf(stderr, "agmm-bench: %s %s: %s (see --help)\n", opt, val, allowed);
+    else
+        fprintf(stderr, "agmm-bench: %s: %s (see --help)\n", opt, allowed);
     return 2;
 }
 
@@ -107,12 +130,11 @@ static int split(const char *s, char sep, char fields[][32], int max)
  * come after --shape on the command line). W is not known yet: W * M is checked by the plan. */
 static int check_shape(const bench_options *o, const int64_t shape[3], const char *opt, const char *val)
 {
-    agmm_ag_matmul_desc d = {shape[0], shape[1], shape[2], o->b_layout, AGMM_BACKEND_AUTO, o->splits};
-    agmm_error err = {0};
-    if (agmm_check_ag_matmul(&d, 1, &err) != AGMM_SUCCESS) {
-        const char *msg = strstr(err.msg, ": ");
-        return bad(opt, val, msg ? msg + 2 : err.msg);
-    }
+    agmm_ag_matmul_desc d = {.m = shape[0], .n = shape[1], .k = shape[2], .b_layout = o->b_layout,
+                             .splits = o->splits};
+    char why[512];
+    if (agmm_ext_check_ag_matmul(&d, 1, why, sizeof why) != AGMM_SUCCESS)
+        return bad(opt, val, why);
     return 0;
 }
 
@@ -126,22 +148,26 @@ static int add_shape(bench_options *o, int64_t m, int64_t n, int64_t k, const ch
     return check_shape(o, o->shapes[o->nrows++], opt, val);
 }
 
-/* A backend must belong to the op (the library's rule, on a shape every backend takes) and be
- * listed once: the report keys its columns, CSV rows and JSON members by the backend's name. */
-static int check_backends(const bench_options *o)
+/* A backend must belong to the op (the library's table says) and be listed once: the report
+ * keys its columns, CSV rows and JSON members by the backend's name. Names are replaced by the
+ * library's own strings, which outlive argv. */
+static int check_backends(bench_options *o, char names[][32])
 {
     for (int b = 0; b < o->nbackends; b++) {
-        const char *name = agmm_backend_name(o->backends[b]);
-        agmm_error err = {0};
-        agmm_ag_matmul_desc mm = {8, 8, 8, AGMM_LAYOUT_COL_MAJOR, o->backends[b], 0};
-        agmm_all_reduce_desc ar = {1, AGMM_DTYPE_BF16, o->backends[b]};
-        if ((o->op == BENCH_AG_MATMUL ? agmm_check_ag_matmul(&mm, 1, &err) : agmm_check_all_reduce(&ar, &err)) !=
-            AGMM_SUCCESS) {
-            const char *msg = strstr(err.msg, ": ");
-            return bad("--backends", name, msg ? msg + 2 : err.msg);
+        const char *name = names[b];
+        if (strcmp(name, "auto") == 0) {
+            o->backends[b] = "auto";
+        } else if (agmm_backend_summary(o->op, name) == NULL) {
+            char why[512];
+            agmm_backend_available(NULL, o->op, name, why, sizeof why);
+            return bad("--backends", name, why);
+        } else {
+            for (int i = 0; agmm_backend_name(o->op, i) != NULL; i++)
+                if (strcmp(agmm_backend_name(o->op, i), name) == 0)
+                    o->backends[b] = agmm_backend_name(o->op, i);
         }
         for (int c = 0; c < b; c++)
-            if (o->backends[c] == o->backends[b])
+            if (strcmp(o->backends[c], o->backends[b]) == 0)
                 return bad("--backends", name, "is listed twice");
     }
     return 0;
@@ -156,6 +182,7 @@ int bench_parse(int argc, char **argv, bench_options *o)
     o->dtype = AGMM_DTYPE_BF16;
     const char *shapes = NULL, *sizes = NULL;
     const char *shape_args[BENCH_MAX_ROWS];
+    char backend_names[BENCH_MAX_BACKENDS][32];
     int nshape_flags = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -164,6 +191,9 @@ int bench_parse(int argc, char **argv, bench_options *o)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             bench_usage(stdout);
             return 1;
+        } else if (!strcmp(a, "--list-backends")) {
+            list_backends(stdout);
+            return 1;
         } else if (!strcmp(a, "--no-flush")) {
             o->flush = 0, takes = 0;
         } else if (!strcmp(a, "--check")) {
@@ -171,8 +201,8 @@ int bench_parse(int argc, char **argv, bench_options *o)
         } else if (v == NULL && strncmp(a, "--", 2) == 0) {
             return bad(a, NULL, "needs a value");
         } else if (!strcmp(a, "--op")) {
-            if (!strcmp(v, "ag_matmul")) o->op = BENCH_AG_MATMUL;
-            else if (!strcmp(v, "all_reduce")) o->op = BENCH_ALL_REDUCE;
+            if (!strcmp(v, "ag_matmul")) o->op = AGMM_OP_AG_MATMUL;
+            else if (!strcmp(v, "all_reduce")) o->op = AGMM_OP_ALL_REDUCE;
             else return bad(a, v, "must be ag_matmul or all_reduce");
         } else if (!strcmp(a, "--shape")) {
             char f[3][32];
@@ -188,13 +218,9 @@ int bench_parse(int argc, char **argv, bench_options *o)
         } else if (!strcmp(a, "--sizes")) {
             sizes = v;
         } else if (!strcmp(a, "--backends")) {
-            char f[BENCH_MAX_BACKENDS][32];
-            int n = split(v, ',', f, BENCH_MAX_BACKENDS);
+            int n = split(v, ',', backend_names, BENCH_MAX_BACKENDS);
             if (n < 0)
-                return bad(a, v, "must be a comma-separated list of backend names");
-            for (int b = 0; b < n; b++)
-                if (agmm_backend_parse(f[b], &o->backends[b]) != AGMM_SUCCESS)
-                    return bad(a, f[b], "unknown backend: nccl, nccl_plain, ce, fused, one_shot, two_shot or auto");
+                return bad(a, v, "must be a comma-separated list of at most 8 backend names");
             o->nbackends = n;
         } else if (!strcmp(a, "--world")) {
             if (!strcmp(v, "auto")) o->world = AGMM_WORLD_AUTO;
@@ -233,11 +259,11 @@ int bench_parse(int argc, char **argv, bench_options *o)
         }
         i += takes;
     }
-    if (o->op == BENCH_ALL_REDUCE && (nshape_flags || shapes))
+    if (o->op == AGMM_OP_ALL_REDUCE && (nshape_flags || shapes))
         return bad("--shape/--shapes", NULL, "apply to --op ag_matmul; all_reduce takes --sizes");
-    if (o->op == BENCH_AG_MATMUL && sizes)
+    if (o->op == AGMM_OP_AG_MATMUL && sizes)
         return bad("--sizes", sizes, "applies to --op all_reduce; ag_matmul takes --shape or --shapes");
-    if (check_backends(o))
+    if (check_backends(o, backend_names))
         return 2;
     o->nrows = nshape_flags;
     for (int i = 0; i < nshape_flags; i++)
@@ -280,7 +306,7 @@ static void apply_defaults(bench_results *r, agmm_world *world)
         o->warmup = gpu ? 50 : 2;
     if (o->iters < 0)
         o->iters = gpu ? 100 : 5;
-    if (o->nrows == 0 && o->op == BENCH_AG_MATMUL) {
+    if (o->nrows == 0 && o->op == AGMM_OP_AG_MATMUL) {
         for (int64_t s = gpu ? 256 : 64; s <= (gpu ? 4096 : 256); s += gpu ? 128 : 64) {
             o->shapes[o->nrows][0] = o->shapes[o->nrows][1] = o->shapes[o->nrows][2] = s;
             o->nrows++;
@@ -293,21 +319,15 @@ static void apply_defaults(bench_results *r, agmm_world *world)
         for (int i = 0; gpu && i < (int)(sizeof gpu_large_sizes / sizeof *gpu_large_sizes); i++)
             o->sizes[o->nrows++] = gpu_large_sizes[i];
     }
-    if (o->nbackends == 0) {
-        static const agmm_backend mm[] = {AGMM_BACKEND_NCCL, AGMM_BACKEND_CE, AGMM_BACKEND_FUSED};
-        static const agmm_backend ar[] = {AGMM_BACKEND_NCCL, AGMM_BACKEND_NCCL_PLAIN, AGMM_BACKEND_ONE_SHOT,
-                                          AGMM_BACKEND_TWO_SHOT};
-        const agmm_backend *list = o->op == BENCH_AG_MATMUL ? mm : ar;
-        int n = o->op == BENCH_AG_MATMUL ? 3 : 4;
-        for (int i = 0; i < n; i++)
-            if (agmm_backend_available(world, list[i], o->op == BENCH_ALL_REDUCE))
-                o->backends[o->nbackends++] = list[i];
-    }
+    if (o->nbackends == 0)
+        for (int i = 0; agmm_backend_name(o->op, i) != NULL && o->nbackends < BENCH_MAX_BACKENDS; i++)
+            if (agmm_backend_available(world, o->op, agmm_backend_name(o->op, i), NULL, 0))
+                o->backends[o->nbackends++] = agmm_backend_name(o->op, i);
     memcpy(r->backends, o->backends, sizeof r->backends);
     r->nbackends = o->nbackends;
     r->nrows = o->nrows;
     for (int i = 0; i < o->nrows; i++) {
-        if (o->op == BENCH_AG_MATMUL) {
+        if (o->op == AGMM_OP_AG_MATMUL) {
             r->rows[i].m = o->shapes[i][0];
             r->rows[i].n = o->shapes[i][1];
             r->rows[i].k = o->shapes[i][2];
@@ -324,7 +344,7 @@ int main(int argc, char **argv)
     if (rc)
         return rc == 1 ? 0 : rc;
 
-    agmm_world_config cfg = {res.opt.world, res.opt.nranks, res.opt.timeout_s, 0};
+    agmm_world_config cfg = {.kind = res.opt.world, .nranks = res.opt.nranks, .timeout_s = res.opt.timeout_s};
     agmm_world *world = NULL;
     char err[512] = "";
     agmm_status st = agmm_world_create(&world, &cfg, err, sizeof err);
@@ -344,7 +364,7 @@ int main(int argc, char **argv)
     fflush(stdout);
     apply_defaults(&res, world);
     /* The default sweep is only known now: --splits must still fit each of its shapes. */
-    for (int i = 0; res.opt.op == BENCH_AG_MATMUL && res.opt.splits > 0 && i < res.opt.nrows; i++) {
+    for (int i = 0; res.opt.op == AGMM_OP_AG_MATMUL && res.opt.splits > 0 && i < res.opt.nrows; i++) {
         char val[24];
         snprintf(val, sizeof val, "%d", res.opt.splits);
         if (check_shape(&res.opt, res.opt.shapes[i], "--splits", val)) {

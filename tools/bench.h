@@ -1,6 +1,7 @@
 /* agmm-bench internals: options, the per-cell results, the device-memory shim and the report.
- * The CLI layer of design.md §3: it drives the public API and reads results; the one internal
- * it touches is the plain-GEMM timer behind the overlap-efficiency column. */
+ * The top layer (docs/architecture.md): it drives the public API (agmm.h) and reads results; the
+ * one internal header it includes is src/api/agmm_ext.h, for the plain GEMM behind the
+ * overlap-efficiency column and the checks shared with the library. */
 #ifndef AGMM_TOOLS_BENCH_H
 #define AGMM_TOOLS_BENCH_H
 
@@ -10,21 +11,20 @@
 #include <stdio.h>
 
 #include "agmm.h"
+#include "api/agmm_ext.h"
 
 #define BENCH_MAX_ROWS 256
 #define BENCH_MAX_BACKENDS 8
 
-typedef enum { BENCH_AG_MATMUL = 0, BENCH_ALL_REDUCE } bench_op;
-
 typedef struct {
-    bench_op op;
+    agmm_op op;
     agmm_world_kind world;
     int nranks;                  /* 0: the world's default */
     int64_t shapes[BENCH_MAX_ROWS][3];  /* M, N, K (ag_matmul) */
     int64_t sizes[BENCH_MAX_ROWS];      /* n (all_reduce) */
     int nrows;                   /* 0: the default sweep for the world */
-    agmm_backend backends[BENCH_MAX_BACKENDS];
-    int nbackends;               /* 0: every backend of the op */
+    const char *backends[BENCH_MAX_BACKENDS]; /* names from the library's table, or "auto" */
+    int nbackends;               /* 0: every backend of the op that runs in the world */
     int warmup, iters;           /* -1: default (50/100 on GPUs, 2/5 on the CPU) */
     int flush;
     int check_only;
@@ -57,7 +57,7 @@ typedef struct {
     int nranks;
     const char *world_desc;
     int gpu;                     /* the world runs on GPUs */
-    agmm_backend backends[BENCH_MAX_BACKENDS];
+    const char *backends[BENCH_MAX_BACKENDS];
     int nbackends;
     bench_row rows[BENCH_MAX_ROWS];
     int nrows;
@@ -66,7 +66,8 @@ typedef struct {
     int init_failed;             /* a rank could not set up its device (guarded by mu) */
 } bench_results;
 
-/* Parses argv into *opt. Returns 0, or 2 after printing the problem (or 1 after --help). */
+/* Parses argv into *opt. Returns 0, or 2 after printing the problem (or 1 after --help or
+ * --list-backends, which print and succeed). */
 int bench_parse(int argc, char **argv, bench_options *opt);
 void bench_usage(FILE *f);
 

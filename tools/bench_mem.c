@@ -6,7 +6,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/numeric.h"
 
 #ifdef AGMM_HAVE_CUDA
 #include <cuda_runtime_api.h>

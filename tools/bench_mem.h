@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "agmm.h"
+#include "api/agmm_ext.h"
 
 typedef struct {
     int gpu;             /* 1: CUDA device memory and events */

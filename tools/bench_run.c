@@ -1,6 +1,6 @@
 /* The sweep one rank runs: for every row and backend, plan, fill fresh random inputs, poison
- * the outputs, run once and check, then warm up and time (design.md §5). Every rank runs the
- * same sequence, so the collective calls line up. */
+ * the outputs, run once and check, then warm up and time (docs/design.md, "Benchmark method").
+ * Every rank runs the same sequence, so the collective calls line up. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,8 +8,6 @@
 #include "bench.h"
 #include "bench_mem.h"
 #include "bench_sync.h"
-#include "core/numeric.h"
-#include "core/stats.h"
 
 /* Tolerances: bf16 outputs carry ~2^-9 relative rounding; fp32 sums only reordering. */
 #define TOL_BF16 1e-2
@@ -141,21 +139,29 @@ static void record_check(cell_job *j, double err, int exact)
 
 static const char *why(cell_job *j, const char *fallback);
 
+/* One run of the cell's plan, whatever its operation. */
+static agmm_status run_once(cell_job *j, agmm_plan *plan, const void *io)
+{
+    if (j->res->opt.op == AGMM_OP_AG_MATMUL)
+        return agmm_ag_matmul(plan, io, j->dev->stream);
+    return agmm_all_reduce(plan, io, j->dev->stream);
+}
+
 /* Warm-up, agreement, timed loop; rank 0's times become the cell's statistics. `go` (the same on
  * every rank) says whether to time at all; every rank meets the agreement either way. */
-static void time_plan(cell_job *j, agmm_plan *plan, const agmm_io *io, int go)
+static void time_plan(cell_job *j, agmm_plan *plan, const void *io, int go)
 {
     const bench_options *o = &j->res->opt;
     bench_dev *dev = j->dev;
     for (int i = 0; go && i < o->warmup; i++)
-        if (agmm_plan_run(plan, io, dev->stream) != AGMM_SUCCESS)
+        if (run_once(j, plan, io) != AGMM_SUCCESS)
             go = cell_fail(j, CELL_ERROR, why(j, "warm-up run failed"));
     if (go && (agmm_ctx_sync(j->ctx) != AGMM_SUCCESS || bench_sync(dev) != 0))
         go = cell_fail(j, CELL_ERROR, why(j, "warm-up sync failed"));
     if (!cell_agreed_ok(j) || !go)
         return;
     for (int i = 0; i < o->iters; i++) {
-        if (bench_flush(dev) || bench_timer_start(dev, i) || agmm_plan_run(plan, io, dev->stream) != AGMM_SUCCESS ||
+        if (bench_flush(dev) || bench_timer_start(dev, i) || run_once(j, plan, io) != AGMM_SUCCESS ||
             bench_timer_stop(dev, i)) {
             cell_fail(j, CELL_ERROR, why(j, "timed run failed"));
             return;
@@ -192,7 +198,8 @@ static void run_ag_matmul(cell_job *j)
     const bench_options *o = &j->res->opt;
     bench_row *row = &j->res->rows[j->row];
     int64_t m = row->m, n = row->n, k = row->k, rows = (int64_t)j->nranks * m;
-    agmm_ag_matmul_desc desc = {m, n, k, o->b_layout, j->res->backends[j->bi], o->splits};
+    agmm_ag_matmul_desc desc = {.m = m, .n = n, .k = k, .b_layout = o->b_layout, .splits = o->splits,
+                                .backend = j->res->backends[j->bi]};
     agmm_plan *plan = NULL;
     uint16_t *ha = NULL, *hb = NULL, *hag = NULL, *hc = NULL;
     void *db = NULL, *dag = NULL, *dc = NULL;
@@ -224,10 +231,10 @@ static void run_ag_matmul(cell_job *j)
     }
     /* Every rank reaches the same barriers whatever failed, so nobody is left waiting; the
      * agreement also orders every rank's shard upload before anyone runs. */
-    agmm_io io = {.b = db, .a_gathered = dag, .c = dc};
+    agmm_ag_matmul_io io = {.b = db, .a_gathered = dag, .c = dc};
     ok = cell_agreed_ok(j);
     if (ok &&
-        (agmm_plan_run(plan, &io, dev->stream) != AGMM_SUCCESS || agmm_ctx_sync(j->ctx) != AGMM_SUCCESS ||
+        (agmm_ag_matmul(plan, &io, dev->stream) != AGMM_SUCCESS || agmm_ctx_sync(j->ctx) != AGMM_SUCCESS ||
          bench_sync(dev) != 0))
         ok = cell_fail(j, CELL_ERROR, why(j, "run failed"));
     if (ok && cell_ok(j) &&
@@ -267,7 +274,7 @@ static void run_all_reduce(cell_job *j)
     bench_row *row = &j->res->rows[j->row];
     int64_t n = row->n;
     size_t esz = o->dtype == AGMM_DTYPE_F32 ? 4 : 2;
-    agmm_all_reduce_desc desc = {n, o->dtype, j->res->backends[j->bi]};
+    agmm_all_reduce_desc desc = {.n = n, .dtype = o->dtype, .backend = j->res->backends[j->bi]};
     agmm_plan *plan = NULL;
     void *hin = NULL, *hout = NULL, *dout = NULL;
     float *acc = NULL, *tmp = NULL;
@@ -306,10 +313,10 @@ static void run_all_reduce(cell_job *j)
             bench_poison_bf16(dev, dout, (size_t)n * esz / 2) || bench_sync(dev))
             ok = cell_fail(j, CELL_ERROR, dev->err);
     }
-    agmm_io io = {.out = dout};
+    agmm_all_reduce_io io = {.out = dout};
     ok = cell_agreed_ok(j);
     if (ok &&
-        (agmm_plan_run(plan, &io, dev->stream) != AGMM_SUCCESS || agmm_ctx_sync(j->ctx) != AGMM_SUCCESS ||
+        (agmm_all_reduce(plan, &io, dev->stream) != AGMM_SUCCESS || agmm_ctx_sync(j->ctx) != AGMM_SUCCESS ||
          bench_sync(dev) != 0 || bench_download(dev, hout, dout, (size_t)n * esz)))
         ok = cell_fail(j, CELL_ERROR, why(j, "run failed"));
     if (ok && cell_ok(j)) {
@@ -364,7 +371,7 @@ agmm_status bench_rank_main(agmm_ctx *ctx, void *arg)
     }
     cell_job j = {ctx, res, &dev, agmm_ctx_rank(ctx), res->nranks, 0, 0};
     for (j.row = 0; j.row < res->nrows; j.row++) {
-        if (res->opt.op == BENCH_AG_MATMUL && res->opt.check_only == 0) {
+        if (res->opt.op == AGMM_OP_AG_MATMUL && res->opt.check_only == 0) {
             bench_row *row = &res->rows[j.row];
             if (j.rank == 0)
                 bench_time_plain_gemm(&dev, ctx, (int64_t)res->nranks * row->m, row->n, row->k, res->opt.b_layout,
@@ -374,7 +381,7 @@ agmm_status bench_rank_main(agmm_ctx *ctx, void *arg)
         }
         for (j.bi = 0; j.bi < res->nbackends; j.bi++) {
             dev.err[0] = '\0';
-            if (res->opt.op == BENCH_AG_MATMUL)
+            if (res->opt.op == AGMM_OP_AG_MATMUL)
                 run_ag_matmul(&j);
             else
                 run_all_reduce(&j);

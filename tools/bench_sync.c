@@ -21,7 +21,7 @@ void bench_sync_unlock(bench_results *r) { pthread_mutex_unlock(&r->mu); }
 void bench_progress(const bench_results *r, int row)
 {
     const bench_row *w = &r->rows[row];
-    if (r->opt.op == BENCH_AG_MATMUL)
+    if (r->opt.op == AGMM_OP_AG_MATMUL)
         fprintf(stderr, "agmm-bench: row %d/%d (%lld, %lld, %lld) done\n", row + 1, r->nrows, (long long)w->m,
                 (long long)w->n, (long long)w->k);
     else

@@ -6,10 +6,10 @@
 
 #include "bench.h"
 
-static const char *op_name(const bench_results *r) { return r->opt.op == BENCH_AG_MATMUL ? "ag_matmul" : "all_reduce"; }
+static const char *op_name(const bench_results *r) { return agmm_op_name(r->opt.op); }
 static const char *dtype_name(const bench_results *r)
 {
-    return r->opt.op == BENCH_AG_MATMUL || r->opt.dtype == AGMM_DTYPE_BF16 ? "bf16" : "fp32";
+    return r->opt.op == AGMM_OP_AG_MATMUL || r->opt.dtype == AGMM_DTYPE_BF16 ? "bf16" : "fp32";
 }
 
 static const char *state_name(cell_state s)
@@ -40,14 +40,14 @@ int report_best(const bench_results *r, const bench_row *row)
 static int baseline_index(const bench_results *r)
 {
     for (int b = 0; b < r->nbackends; b++)
-        if (r->backends[b] == AGMM_BACKEND_NCCL)
+        if (strcmp(r->backends[b], "nccl") == 0)
             return b;
     return -1;
 }
 
 static void shape_str(const bench_results *r, const bench_row *row, char *buf, size_t len)
 {
-    if (r->opt.op == BENCH_AG_MATMUL)
+    if (r->opt.op == AGMM_OP_AG_MATMUL)
         snprintf(buf, len, "(%lld, %lld, %lld)", (long long)row->m, (long long)row->n, (long long)row->k);
     else
         snprintf(buf, len, "%lld", (long long)row->n);
@@ -65,7 +65,7 @@ static derived derive(const bench_results *r, const bench_row *row, int b)
     if (!timed(r, c) || c->mean_us <= 0)
         return d;
     double t_s = c->mean_us * 1e-6;
-    if (r->opt.op == BENCH_AG_MATMUL) {
+    if (r->opt.op == AGMM_OP_AG_MATMUL) {
         d.tflops = 2.0 * r->nranks * (double)row->m * (double)row->n * (double)row->k / t_s * 1e-12;
         /* The plain GEMMs are timed as medians (bench_mem.h): divide like by like. */
         if (row->gemm_us > 0 && c->median_us > 0)
@@ -101,9 +101,9 @@ void report_print(const bench_results *r, FILE *f)
                 r->gpu ? "rank 0's CUDA events" : "rank 0's wall clock",
                 !r->opt.flush ? ", no cache flush" : r->gpu ? ", L2 flushed before each call" : ", 64 MB written before each call");
     fprintf(f, "\nBenchmarking results for %s on %dx %s (time_us).\n", op_name(r), r->nranks, r->gpu ? "devices" : "CPU thread-ranks");
-    fprintf(f, "%-22s %-6s", r->opt.op == BENCH_AG_MATMUL ? "shape" : "n", "dtype");
+    fprintf(f, "%-22s %-6s", r->opt.op == AGMM_OP_AG_MATMUL ? "shape" : "n", "dtype");
     for (int b = 0; b < r->nbackends; b++)
-        fprintf(f, " %12s", agmm_backend_name(r->backends[b]));
+        fprintf(f, " %12s", r->backends[b]);
     fprintf(f, "  Best Backend\n");
     for (int i = 0; i < r->nrows; i++) {
         const bench_row *row = &r->rows[i];
@@ -118,11 +118,11 @@ void report_print(const bench_results *r, FILE *f)
                 fprintf(f, " %12s", state_name(c->state));
         }
         int best = report_best(r, row);
-        fprintf(f, "  %s\n", best >= 0 ? agmm_backend_name(r->backends[best]) : "-");
+        fprintf(f, "  %s\n", best >= 0 ? r->backends[best] : "-");
     }
 
-    fprintf(f, "\n%-22s %-10s %10s %10s", r->opt.op == BENCH_AG_MATMUL ? "shape" : "n", "backend", "mean_us", "median_us");
-    if (r->opt.op == BENCH_AG_MATMUL)
+    fprintf(f, "\n%-22s %-10s %10s %10s", r->opt.op == AGMM_OP_AG_MATMUL ? "shape" : "n", "backend", "mean_us", "median_us");
+    if (r->opt.op == AGMM_OP_AG_MATMUL)
         fprintf(f, " %9s %8s %8s %9s %9s %10s\n", "TFLOP/s", "vs_nccl", "overlap", "t/engine", "err", "gathered_A");
     else
         fprintf(f, " %10s %10s %8s %9s\n", "algbw_GB/s", "busbw_GB/s", "vs_nccl", "err");
@@ -133,14 +133,14 @@ void report_print(const bench_results *r, FILE *f)
         for (int b = 0; b < r->nbackends; b++) {
             const bench_cell *c = &row->cell[b];
             derived d = derive(r, row, b);
-            fprintf(f, "%-22s %-10s", shape, agmm_backend_name(r->backends[b]));
+            fprintf(f, "%-22s %-10s", shape, r->backends[b]);
             if (c->state != CELL_OK) {
                 fprintf(f, " %s: %s\n", state_name(c->state), c->note);
                 continue;
             }
             print_num(f, 10, timed(r, c) ? c->mean_us : NAN, 1);
             print_num(f, 10, timed(r, c) ? c->median_us : NAN, 1);
-            if (r->opt.op == BENCH_AG_MATMUL) {
+            if (r->opt.op == AGMM_OP_AG_MATMUL) {
                 print_num(f, 9, d.tflops, d.tflops < 10 ? 3 : 1);
                 print_num(f, 8, d.speedup, 2);
                 print_num(f, 8, d.overlap, 2);
@@ -154,7 +154,7 @@ void report_print(const bench_results *r, FILE *f)
             }
         }
     }
-    if (r->opt.op == BENCH_AG_MATMUL)
+    if (r->opt.op == AGMM_OP_AG_MATMUL)
         fprintf(f, "# overlap = median time of the plain GEMM (%s) on the gathered shape / median time of the backend\n"
                    "#   (1.0: communication hidden); t/engine = median time of the backend / median time of agmm's GEMM\n"
                    "#   engine alone on that shape\n",
@@ -186,7 +186,7 @@ int report_csv(const bench_results *r, const char *path)
             int t = timed(r, c);
             fprintf(f, "%s,%s,%d,%lld,%lld,%lld,%s,%s,%s", op_name(r), r->gpu ? "gpu" : "cpu", r->nranks,
                     (long long)row->m, (long long)row->n, (long long)row->k, dtype_name(r),
-                    agmm_backend_name(r->backends[b]), state_name(c->state));
+                    r->backends[b], state_name(c->state));
             csv_num(f, t ? c->mean_us : NAN);
             csv_num(f, t ? c->median_us : NAN);
             csv_num(f, t ? c->min_us : NAN);
@@ -244,7 +244,7 @@ int report_json(const bench_results *r, const char *path)
         const bench_row *row = &r->rows[i];
         int best = report_best(r, row);
         fprintf(f, "%s\n  {\"m\": %lld, \"n\": %lld, \"k\": %lld, \"best\": \"%s\"", i ? "," : "", (long long)row->m,
-                (long long)row->n, (long long)row->k, best >= 0 ? agmm_backend_name(r->backends[best]) : "");
+                (long long)row->n, (long long)row->k, best >= 0 ? r->backends[best] : "");
         json_num(f, "gemm_us", row->gemm_us > 0 ? row->gemm_us : NAN);
         json_num(f, "engine_us", row->engine_us > 0 ? row->engine_us : NAN);
         fprintf(f, ", \"backends\": {");
@@ -252,7 +252,7 @@ int report_json(const bench_results *r, const char *path)
             const bench_cell *c = &row->cell[b];
             derived d = derive(r, row, b);
             int t = timed(r, c);
-            fprintf(f, "%s\"%s\": {\"state\": \"%s\"", b ? ", " : "", agmm_backend_name(r->backends[b]),
+            fprintf(f, "%s\"%s\": {\"state\": \"%s\"", b ? ", " : "", r->backends[b],
                     state_name(c->state));
             json_num(f, "mean_us", t ? c->mean_us : NAN);
             json_num(f, "median_us", t ? c->median_us : NAN);

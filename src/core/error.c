@@ -24,6 +24,15 @@ const char *agmm_status_str(agmm_status status)
 
 int agmm_version(void) { return AGMM_VERSION; }
 
+const char *agmm_op_name(agmm_op op)
+{
+    switch (op) {
+    case AGMM_OP_AG_MATMUL: return "ag_matmul";
+    case AGMM_OP_ALL_REDUCE: return "all_reduce";
+    }
+    return "?";
+}
+
 agmm_status agmm_error_set(agmm_error *err, agmm_status status, const char *file, int line,
                            const char *fmt, ...)
 {

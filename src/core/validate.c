@@ -21,6 +21,18 @@ const char *agmm_dtype_name(agmm_dtype dtype)
     return "?";
 }
 
+agmm_status agmm_check_reserved(const void *p, size_t bytes, const char *what, agmm_error *err)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < bytes; i++)
+        if (b[i] != 0)
+            return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
+                             "%s: the reserved tail is not zero (byte %zu): initialise the struct with = {...} or "
+                             "memset; a program built against a newer agmm.h needs a newer library",
+                             what, i);
+    return AGMM_SUCCESS;
+}
+
 agmm_status agmm_check_ag_matmul(const agmm_ag_matmul_desc *d, int nranks, agmm_error *err)
 {
     if (d == NULL)
@@ -51,14 +63,7 @@ agmm_status agmm_check_ag_matmul(const agmm_ag_matmul_desc *d, int nranks, agmm_
     if (d->splits < 0 || d->splits > d->m || d->splits > 1024)
         return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "splits=%d: must be 0..min(M=%lld, 1024)", d->splits,
                          (long long)d->m);
-    switch (d->backend) {
-    case AGMM_BACKEND_AUTO: case AGMM_BACKEND_NCCL: case AGMM_BACKEND_CE: case AGMM_BACKEND_FUSED:
-        break;
-    default:
-        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "backend=%s: ag_matmul takes auto, nccl, ce or fused",
-                         agmm_backend_name(d->backend));
-    }
-    return AGMM_SUCCESS;
+    return agmm_check_reserved(d->reserved, sizeof d->reserved, "ag_matmul desc", err);
 }
 
 agmm_status agmm_check_all_reduce(const agmm_all_reduce_desc *d, agmm_error *err)
@@ -69,14 +74,5 @@ agmm_status agmm_check_all_reduce(const agmm_all_reduce_desc *d, agmm_error *err
         return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "n=%lld: elements per rank must be 1..2^40", (long long)d->n);
     if (d->dtype != AGMM_DTYPE_BF16 && d->dtype != AGMM_DTYPE_F32)
         return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "dtype=%d: must be AGMM_DTYPE_BF16 or AGMM_DTYPE_F32", (int)d->dtype);
-    switch (d->backend) {
-    case AGMM_BACKEND_AUTO: case AGMM_BACKEND_NCCL: case AGMM_BACKEND_NCCL_PLAIN:
-    case AGMM_BACKEND_ONE_SHOT: case AGMM_BACKEND_TWO_SHOT:
-        break;
-    default:
-        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
-                         "backend=%s: all_reduce takes auto, nccl, nccl_plain, one_shot or two_shot",
-                         agmm_backend_name(d->backend));
-    }
-    return AGMM_SUCCESS;
+    return agmm_check_reserved(d->reserved, sizeof d->reserved, "all_reduce desc", err);
 }

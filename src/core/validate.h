@@ -1,5 +1,6 @@
-/* Argument and shape validation shared by every backend and world. Each check names the
- * argument and what is allowed, so a caller's mistake reads as a sentence. */
+/* Argument and shape validation of the operations, shared by every backend and world. Each check
+ * names the argument and what is allowed, so a caller's mistake reads as a sentence. Backends are
+ * not core's business: which backend a descriptor names is checked against the table above. */
 #ifndef AGMM_CORE_VALIDATE_H
 #define AGMM_CORE_VALIDATE_H
 
@@ -10,10 +11,12 @@
 #define AGMM_MAX_ELEMS ((int64_t)1 << 40)
 
 /* m, n >= 1; k >= 1 and k % 8 == 0 (bf16 rows are 16-byte aligned for TMA); W*m*k, W*m*n and
- * k*n fit AGMM_MAX_ELEMS; splits 0..m; layout and backend known. */
+ * k*n fit AGMM_MAX_ELEMS; splits 0..min(m, 1024); layout known; reserved tail zero. */
 agmm_status agmm_check_ag_matmul(const agmm_ag_matmul_desc *d, int nranks, agmm_error *err);
-/* n >= 1 and within AGMM_MAX_ELEMS; dtype known. */
+/* n >= 1 and within AGMM_MAX_ELEMS; dtype known; reserved tail zero. */
 agmm_status agmm_check_all_reduce(const agmm_all_reduce_desc *d, agmm_error *err);
+/* AGMM_ERR_INVALID_ARG naming `what` unless the `bytes` at p are all zero. */
+agmm_status agmm_check_reserved(const void *p, size_t bytes, const char *what, agmm_error *err);
 /* a * b if it stays within AGMM_MAX_ELEMS, else -1. Both >= 0. */
 int64_t agmm_mul_checked(int64_t a, int64_t b);
 size_t agmm_dtype_bytes(agmm_dtype dtype);

@@ -7,8 +7,7 @@
  * is visible to the copy. After the copy the thread raises the job's flag with release order:
  * a GEMM that acquires the flag sees the copied rows. `completed` (under the mutex) tells drain
  * when the whole queue has landed, which also makes every copied byte visible to the drainer.
- *
- * agmm_cpu_queue_gather, at the end, is the copy program of one all-gather (ce and fused). */
+ */
 #include "cpu.h"
 
 #include <pthread.h>
@@ -16,8 +15,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "../core/schedule.h"
-#include "../symm/symm.h"
 
 struct agmm_cpu_copy_engine {
     pthread_t thread;
@@ -71,19 +68,19 @@ static void *copy_main(void *arg)
     return NULL;
 }
 
-agmm_status agmm_cpu_ce_create(agmm_ctx *ctx, int max_jobs, agmm_cpu_copy_engine **out)
+agmm_status agmm_cpu_ce_create(int rank, agmm_error *err, int max_jobs, agmm_cpu_copy_engine **out)
 {
     *out = NULL;
     agmm_cpu_copy_engine *ce = calloc(1, sizeof *ce);
     if (ce == NULL)
-        return AGMM_FAIL(&ctx->err, AGMM_ERR_NO_MEMORY, "rank %d: copy engine allocation failed", ctx->rank);
+        return AGMM_FAIL(err, AGMM_ERR_NO_MEMORY, "rank %d: copy engine allocation failed", rank);
     ce->capacity = max_jobs > 0 ? max_jobs : 1;
-    ce->rank = ctx->rank;
-    ce->err = &ctx->err;
+    ce->rank = rank;
+    ce->err = err;
     ce->ring = calloc((size_t)ce->capacity, sizeof *ce->ring);
     if (ce->ring == NULL) {
         free(ce);
-        return AGMM_FAIL(&ctx->err, AGMM_ERR_NO_MEMORY, "rank %d: copy engine queue allocation failed", ctx->rank);
+        return AGMM_FAIL(err, AGMM_ERR_NO_MEMORY, "rank %d: copy engine queue allocation failed", rank);
     }
     pthread_mutex_init(&ce->mu, NULL);
     pthread_cond_init(&ce->work_cv, NULL);
@@ -95,7 +92,7 @@ agmm_status agmm_cpu_ce_create(agmm_ctx *ctx, int max_jobs, agmm_cpu_copy_engine
     pthread_condattr_destroy(&attr);
     if (pthread_create(&ce->thread, NULL, copy_main, ce) != 0) {
         agmm_cpu_ce_destroy(ce);
-        return AGMM_FAIL(&ctx->err, AGMM_ERR_INTERNAL, "rank %d: cannot start the copy thread", ctx->rank);
+        return AGMM_FAIL(err, AGMM_ERR_INTERNAL, "rank %d: cannot start the copy thread", rank);
     }
     ce->started = 1;
     *out = ce;
@@ -155,38 +152,4 @@ agmm_status agmm_cpu_ce_drain(agmm_cpu_copy_engine *ce, double timeout_s)
     }
     pthread_mutex_unlock(&ce->mu);
     return st;
-}
-
-agmm_status agmm_cpu_queue_gather(agmm_plan *plan, agmm_cpu_copy_engine *ce, uint16_t *a_gathered, uint32_t *flags,
-                                  const int64_t *delay_us, int64_t *done_ns)
-{
-    const agmm_ag_matmul_desc *d = &plan->mm;
-    int nranks = plan->ctx->world->nranks, rank = plan->ctx->rank;
-    agmm_sched s = {.m = d->m, .splits = d->splits};
-    for (int pos = 1; pos < nranks; pos++) {
-        int src = (rank + pos) % nranks;
-        for (int sp = 0; sp < d->splits; sp++) {
-            int64_t row0, rows;
-            agmm_sched_chunk_rows(&s, sp, &row0, &rows);
-            int chunk = src * d->splits + sp;
-            agmm_cpu_copy_job job = {
-                .dst = a_gathered + ((int64_t)src * d->m + row0) * d->k,
-                .src = (const uint16_t *)plan->input->peer[src] + row0 * d->k,
-                .bytes = (size_t)(rows * d->k) * sizeof(uint16_t),
-                .flag = flags + (size_t)chunk * AGMM_CPU_FLAG_STRIDE,
-                .epoch = plan->epoch,
-                .delay_us = delay_us ? delay_us[chunk] : 0,
-                .done_ns = done_ns ? done_ns + chunk : NULL,
-            };
-            agmm_status st = agmm_cpu_ce_submit(ce, &job);
-            if (st != AGMM_SUCCESS)
-                return st;
-        }
-    }
-    agmm_cpu_copy_job local = {
-        .dst = a_gathered + (int64_t)rank * d->m * d->k,
-        .src = plan->input->local,
-        .bytes = (size_t)(d->m * d->k) * sizeof(uint16_t),
-    };
-    return agmm_cpu_ce_submit(ce, &local);
 }

@@ -1,7 +1,7 @@
 /* Cross-rank signalling on streams: the pad barrier, chunk flags, and a peek at peers' words
  * (extern "C" launchers of src/kernels/signal.cu; plain C header).
  *
- * Flags carry epochs (design.md §4): a waiter is satisfied by any value >= the epoch it waits
+ * Flags carry epochs (docs/design.md, "Protocols"): a waiter is satisfied by any value >= the epoch it waits
  * for (compared as a wrapping 32-bit difference), so nothing is ever reset between calls. */
 #ifndef AGMM_KERNELS_SIGNAL_H
 #define AGMM_KERNELS_SIGNAL_H

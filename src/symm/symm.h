@@ -1,15 +1,19 @@
 /* The symmetric heap: a buffer of the same size on every rank, and a table of every rank's
- * address of it as this rank sees it. Kernels and copies get only the table, never which
- * implementation made it:
- *   symm_local.c   in-process ranks (CPU world, emulated ranks, GPU threads with P2P): plain
- *                  allocations whose pointers are exchanged directly.
- *   symm_nccl.c    NCCL 2.28 windows: ncclMemAlloc + ncclCommWindowRegister, peer pointers
- *                  resolved once (production path, and the only one across processes).
- */
+ * address of it as this rank sees it, plus the signal pad and the cross-rank barriers built on it
+ * (internal). Kernels and copies get only the tables, never which implementation made them:
+ *   host memory       the CPU world: aligned_alloc, pointers exchanged between the threads (heap.c)
+ *   NCCL windows      NCCL 2.28: ncclMemAlloc + ncclCommWindowRegister, peer pointers resolved
+ *                     once (symm_nccl.c, symm_lsa.cu); the production path on GPUs
+ *   in-process GPU    ranks of one process without windows (emulated ranks sharing a GPU, or a
+ *                     fallback): cudaMalloc, pointers exchanged directly (symm_local_gpu.c)
+ * Which one serves a rank is decided once, when the API layer attaches the heap to a new context;
+ * every rank of a world uses the same. */
 #ifndef AGMM_SYMM_SYMM_H
 #define AGMM_SYMM_SYMM_H
 
 #include <stddef.h>
+#include <stdint.h>
+
 #include "agmm.h"
 
 typedef struct agmm_symm_buf {
@@ -20,10 +24,40 @@ typedef struct agmm_symm_buf {
     void *impl;                    /* implementation's own state */
 } agmm_symm_buf;
 
-/* Collective. bytes >= 1. Memory is zeroed. Device memory on GPUs, host memory in the CPU world. */
+/* Gives a new context its symmetric heap: picks the implementation (all ranks agree), and
+ * allocates the rank's signal pad. Collective. agmm_symm_detach undoes it (collective, NULL-safe
+ * state), after every buffer of the rank has been freed. */
+agmm_status agmm_symm_attach(agmm_ctx *ctx);
+void agmm_symm_detach(agmm_ctx *ctx);
+
+/* Collective. bytes >= 1. Memory is zeroed and 256-byte aligned (64 in the CPU world). Device
+ * memory on GPUs, host memory in the CPU world. */
 agmm_status agmm_symm_alloc(agmm_ctx *ctx, size_t bytes, agmm_symm_buf **buf);
-/* Collective (every rank frees its buffers in the same order). NULL-safe. The caller makes sure
- * no peer still reads the buffer (a barrier before). */
+/* Collective (every rank frees its buffers in the same order). NULL-safe. First waits for this
+ * rank's own work that may touch the buffer, then meets the peers (none still reads it), then
+ * frees. */
 void agmm_symm_free(agmm_ctx *ctx, agmm_symm_buf *buf);
+
+/* "NCCL windows", "in-process GPU memory" or "host memory": for logs and banners. */
+const char *agmm_symm_kind(const agmm_ctx *ctx);
+
+/* ---- barriers on the signal pad (barrier.c, barrier_gpu.c) ----
+ * Pad layout: slot p of rank r's pad (uint32, p < AGMM_MAX_RANKS) is written only by rank p, with
+ * the number of barriers p has entered (its barrier epoch, equal on all ranks because the calls are
+ * collective). A barrier is passed when every slot of my pad has reached my epoch. */
+
+/* The CPU world's barrier, on the calling thread. Collective. Writes this rank's epoch (release)
+ * into every pad, then waits (acquire, bounded by the world's timeout) for every slot of its own:
+ * every write a rank made before the barrier is visible to every rank after it. On timeout
+ * returns AGMM_ERR_TIMEOUT naming the ranks that never arrived and `what` ("ag_matmul/ce opening
+ * barrier"); the ranks are then out of step. */
+agmm_status agmm_symm_barrier_host(agmm_ctx *ctx, const char *what);
+
+/* The GPU barrier, enqueued on `stream` (a cudaStream_t). Collective, in the same order on every
+ * rank. On the device it returns once every rank has reached its matching barrier, and every
+ * write enqueued before it on each rank's stream is visible to the others. Bounded: a missing peer
+ * is recorded in the rank's device error record (AGMM_ERR_TIMEOUT at the next sync or run). A
+ * no-op with one rank. */
+agmm_status agmm_symm_barrier_stream(agmm_ctx *ctx, void *stream);
 
 #endif

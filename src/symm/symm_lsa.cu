@@ -1,6 +1,6 @@
 /* The NCCL 2.28 device API, used once per window: create the device communicator and resolve
- * peers' addresses with ncclGetLsaPointer into a pointer table (2.28 has no host call for this;
- * nccl_device.md §2.4). Everything else sees only the table. */
+ * peers' addresses with ncclGetLsaPointer into a pointer table (2.28 has no host call for this).
+ * Everything else sees only the table. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

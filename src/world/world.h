@@ -1,70 +1,66 @@
-/* Worlds and rank contexts (internal). A world is the set of ranks one process drives; a
- * context is one rank. The GPU-specific state hangs off opaque pointers filled by
- * world_gpu.c, so this header and the CPU path need no CUDA. */
+/* Worlds and rank contexts as the layers above see them (internal). A world is the set of ranks
+ * one process drives; a context is one rank: who it is, what its world can do, its error record,
+ * and the host-side collectives among ranks. The structs themselves are private to src/world
+ * (world_impl.h); layers above use this interface, and rank_gpu.h for a GPU rank's resources.
+ *
+ * This layer knows nothing of symmetric memory, backends or plans: the symmetric-memory layer
+ * keeps its per-rank state in the slot agmm_ctx_symm_state gives it, and src/api puts a public
+ * context together (agmm_ctx_create = agmm_rank_create + the symmetric heap). */
 #ifndef AGMM_WORLD_WORLD_H
 #define AGMM_WORLD_WORLD_H
 
-#include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "agmm.h"
 #include "../core/error.h"
 
-struct agmm_world_gpu;   /* world_gpu.c: NCCL communicators, device list */
-struct agmm_ctx_gpu;     /* world_gpu.c: streams, cuBLASLt handle, device error record */
-struct agmm_symm_buf;    /* symm/symm.h */
+/* What a world offers its ranks. Backend implementations state which of these they need beyond
+ * their device class; a world lacking one says why (agmm_world_lacks). */
+enum {
+    AGMM_CAP_GPU = 1u << 0,          /* ranks run on GPUs (else host memory and threads) */
+    AGMM_CAP_NCCL = 1u << 1,         /* every rank has an NCCL communicator */
+    AGMM_CAP_PEER_MEMORY = 1u << 2,  /* every rank can load and store every peer's symmetric memory */
+};
 
-struct agmm_world {
+/* A rank as every layer above sees it; constant for the context's life. */
+typedef struct {
     agmm_world_kind kind;      /* resolved: never AGMM_WORLD_AUTO */
-    int nranks;                /* W */
-    int nlocal;                /* ranks this process drives */
-    int first_rank;            /* global rank of local rank 0 */
-    int device_of[AGMM_MAX_RANKS]; /* CUDA device of each local rank; -1 in the CPU world */
-    int shares_gpu;            /* two local ranks on one device: NCCL cannot serve this world */
+    int rank, nranks;          /* global rank, W */
+    int local_rank;            /* index among this process's ranks */
+    int device;                /* CUDA device ordinal; -1 in the CPU world */
+    int ranks_on_device;       /* local ranks sharing this rank's device (emulated worlds: > 1) */
     double timeout_s;          /* bound on every wait for a peer */
-    int log_level;
-    char describe[512];
+    unsigned caps;             /* AGMM_CAP_* of the world */
+    int log_level;             /* AGMM_LOG_* threshold */
+} agmm_rank_info;
 
-    /* Rendezvous of the local ranks' threads (host-side exchanges and barriers). */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    unsigned generation;
-    int arrived;
-    unsigned char *xchg;       /* nlocal slots of xchg_slot bytes */
-    size_t xchg_slot;
-    uint32_t *xchg_seq;        /* nlocal: the tag of the host collective each rank is in (world.c) */
+const agmm_rank_info *agmm_ctx_info(const agmm_ctx *ctx);
+const agmm_world *agmm_ctx_world(const agmm_ctx *ctx);
+/* The rank's error record: what agmm_last_error shows. Written only by the rank's own thread. */
+agmm_error *agmm_ctx_err(agmm_ctx *ctx);
+/* The record of the run that left this rank out of step with its peers (status AGMM_SUCCESS while
+ * it is in step): once set, every later run is refused with it. */
+agmm_error *agmm_ctx_out_of_step(agmm_ctx *ctx);
 
-    struct agmm_world_gpu *gpu; /* NULL in the CPU world */
-};
+unsigned agmm_world_caps(const agmm_world *world);
+/* Why the world lacks `cap` ("ranks share a GPU, and NCCL needs one GPU per rank"); "" if it has it. */
+const char *agmm_world_lacks(const agmm_world *world, unsigned cap);
 
-struct agmm_ctx {
-    agmm_world *world;
-    int rank;                  /* global rank */
-    int local_rank;
-    int device;                /* -1 in the CPU world */
-    agmm_error err;
-    agmm_error out_of_step;    /* set when a run failed after the ranks' epochs moved: sticky */
-    void *nccl_comm;           /* ncclComm_t of this rank, or NULL where NCCL cannot run */
-    struct agmm_ctx_gpu *gpu;  /* NULL in the CPU world */
-    struct agmm_symm_buf *pad; /* signal pad: AGMM_PAD_SLOTS uint32 flags per rank */
-    uint32_t barrier_epoch;    /* bumped by every barrier; equal on all ranks (same call order) */
-    uint32_t host_seq;         /* host collectives (world barrier/exchange) this rank has entered */
-};
+/* Host-side collectives among the ranks of the world, each tagged with its sequence number and
+ * kind so that ranks that fell out of step are refused, not paired with stale data. `all`
+ * receives nranks slots of `bytes` each (<= 256), slot r from rank r. Bounded by the world's
+ * timeout: a rank that never arrives gives AGMM_ERR_TIMEOUT naming the ranks missing. */
+agmm_status agmm_host_exchange(agmm_ctx *ctx, const void *mine, size_t bytes, void *all);
+agmm_status agmm_host_barrier(agmm_ctx *ctx);
 
-/* Signal pad layout (uint32 slots): [0, AGMM_MAX_RANKS) barrier arrivals, slot p written by rank p. */
-#define AGMM_PAD_SLOTS (AGMM_MAX_RANKS)
+/* The world's part of a context: the rank, its device, streams and communicator, no symmetric
+ * memory. Collective (GPU contexts meet to enable peer access). agmm_rank_destroy is local. */
+agmm_status agmm_rank_create(agmm_ctx **ctx, agmm_world *world, int rank);
+void agmm_rank_destroy(agmm_ctx *ctx);
 
-/* Host-side collectives among the ranks of the world. Collective. `all` receives nranks slots of
- * `bytes` each, slot r from rank r. Bounded by world->timeout_s: a rank that never arrives gives
- * AGMM_ERR_TIMEOUT naming the ranks missing. */
-agmm_status agmm_world_exchange(agmm_ctx *ctx, const void *mine, size_t bytes, void *all);
-agmm_status agmm_world_barrier(agmm_ctx *ctx);
-
-/* GPU worlds (world_gpu.c; stubs returning AGMM_ERR_UNSUPPORTED in a build without CUDA). */
-agmm_status agmm_world_gpu_create(agmm_world *world, const agmm_world_config *config, agmm_error *err);
-void agmm_world_gpu_destroy(agmm_world *world);
-agmm_status agmm_ctx_gpu_create(agmm_ctx *ctx);
-void agmm_ctx_gpu_destroy(agmm_ctx *ctx);
-agmm_status agmm_ctx_gpu_sync(agmm_ctx *ctx);
+/* One pointer of per-rank state for the symmetric-memory layer, which owns what it points to. */
+void *agmm_ctx_symm_state(const agmm_ctx *ctx);
+void agmm_ctx_set_symm_state(agmm_ctx *ctx, void *state);
 
 #endif

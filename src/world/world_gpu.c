@@ -1,18 +1,17 @@
-/* GPU worlds and rank contexts: devices, NCCL communicators, the start-up guards (NCCL version,
- * NVLink multicast off), per-rank streams, cuBLASLt handle, the device error record, the
- * driver entry points for stream memory operations, and the cross-rank stream barrier.
+/* GPU worlds and ranks: devices, NCCL communicators, the start-up guards (NCCL version, NVLink
+ * multicast off), per-rank streams, cuBLASLt handle, the device error record and the driver entry
+ * points for stream memory operations.
  *
  * The binary links no libcuda: driver calls are fetched through cudaGetDriverEntryPointByVersion,
- * so a machine without a driver fails cudaGetDeviceCount here and world.c falls back to the CPU. */
+ * so a machine without a driver fails cudaGetDeviceCount here and world_common.c falls back to the CPU. */
+#ifdef AGMM_HAVE_CUDA
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ctx_gpu.h"
 #include "gpu_check.h"
-#include "../kernels/signal.h"
-#include "../symm/symm.h"
-#include "../symm/symm_lsa.h"
+#include "rank_gpu.h"
+#include "world_impl.h"
 
 struct agmm_world_gpu {
     int ndev;                             /* visible devices */
@@ -52,30 +51,32 @@ static agmm_status check_nccl_version(struct agmm_world_gpu *g, agmm_error *err)
 agmm_status agmm_world_gpu_create(agmm_world *w, const agmm_world_config *cfg, agmm_error *err)
 {
     agmm_status st = AGMM_SUCCESS;
-    if (cfg->kind == AGMM_WORLD_MPI)
-        return AGMM_FAIL(err, AGMM_ERR_UNSUPPORTED, "this agmm was built without MPI: no MPI world");
     /* Before any CUDA context exists: CUDA maps streams onto CUDA_DEVICE_MAX_CONNECTIONS hardware
      * queues (default 8). Ranks sharing a GPU bring two streams each, and two streams aliased onto
      * one queue serialise: a rank's barrier kernel queued behind a peer's wait for that same
      * barrier never starts, so an emulated world of 8 ran into its timeouts (seen on the H200).
-     * 32 is CUDA's maximum; a value the user set is kept. */
+     * 32 is CUDA's maximum; a value the user set is kept (agmm.h). */
     setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
     /* Likewise: a kernel loaded lazily, at its first launch, may wait for the whole context, and
      * where ranks share a GPU that context holds a peer's barrier spinning until we arrive (seen:
      * the first launch of a rank's copy-delay kernel stalled it past its peers' timeout). Emulated
-     * worlds load every kernel when the context starts; a program that started CUDA before
-     * creating the world must set CUDA_MODULE_LOADING=EAGER itself. */
+     * worlds load every kernel when the context starts. */
     if (cfg->kind == AGMM_WORLD_EMULATED)
         setenv("CUDA_MODULE_LOADING", "EAGER", 0);
     int ndev = 0;
     cudaError_t ce = cudaGetDeviceCount(&ndev);
+    if (ce == cudaErrorNoDevice || ce == cudaErrorInsufficientDriver || (ce == cudaSuccess && ndev == 0)) {
+        /* The one failure after which world_common.c's AUTO takes the CPU world. */
+        cudaGetLastError();
+        w->no_gpu_visible = 1;
+        return AGMM_FAIL(err, AGMM_ERR_UNSUPPORTED, "no GPU visible: cudaGetDeviceCount -> %s",
+                         ce == cudaSuccess ? "0 devices" : cudaGetErrorString(ce));
+    }
     if (ce != cudaSuccess) {
         cudaGetLastError();
-        return AGMM_FAIL(err, AGMM_ERR_UNSUPPORTED, "no usable GPU: cudaGetDeviceCount -> %s (%s)",
+        return AGMM_FAIL(err, AGMM_ERR_CUDA, "GPUs are visible but CUDA cannot use them: cudaGetDeviceCount -> %s (%s)",
                          cudaGetErrorName(ce), cudaGetErrorString(ce));
     }
-    if (ndev == 0)
-        return AGMM_FAIL(err, AGMM_ERR_UNSUPPORTED, "no usable GPU: cudaGetDeviceCount found 0 devices");
 
     struct agmm_world_gpu *g = calloc(1, sizeof *g);
     if (g == NULL)
@@ -105,16 +106,29 @@ agmm_status agmm_world_gpu_create(agmm_world *w, const agmm_world_config *cfg, a
     w->first_rank = 0;
     for (int i = 0; i < w->nlocal; i++)
         w->device_of[i] = i % ndev;
-    w->shares_gpu = w->nranks > ndev;
+    w->caps = AGMM_CAP_GPU | AGMM_CAP_PEER_MEMORY;
+    if (emulated)
+        snprintf(w->lacks_nccl, sizeof w->lacks_nccl,
+                 "ranks share a GPU (an emulated world), and NCCL needs one GPU per rank");
 
     if (!emulated) {
-        /* Before any NCCL call: NCCL reads the variable once, at its first initialisation. */
-        if (!cfg->allow_nvls && setenv("NCCL_NVLS_ENABLE", "0", 1) != 0) {
+        /* Before any NCCL call: NCCL reads the variable once, at its first initialisation. A
+         * value the user set is kept, but never one that turns multicast on unasked (agmm.h). */
+        const char *nvls = getenv("NCCL_NVLS_ENABLE");
+        if (!cfg->allow_nvls && nvls != NULL && strcmp(nvls, "0") != 0) {
+            st = AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
+                           "NCCL_NVLS_ENABLE=%s in the environment, but allow_nvls=0: NVLink multicast stays off "
+                           "unless the world config asks for it (unset the variable or set it to 0)",
+                           nvls);
+            goto fail;
+        }
+        if (!cfg->allow_nvls && setenv("NCCL_NVLS_ENABLE", "0", 0) != 0) {
             st = AGMM_FAIL(err, AGMM_ERR_INTERNAL, "setenv(NCCL_NVLS_ENABLE=0) failed");
             goto fail;
         }
         AGMM_TRY(st, check_nccl_version(g, err));
         AGMM_NCCL_TRY(st, err, NULL, ncclCommInitAll(g->comms, w->nranks, w->device_of));
+        w->caps |= AGMM_CAP_NCCL;
     }
 
     struct cudaDeviceProp prop;
@@ -125,7 +139,7 @@ agmm_status agmm_world_gpu_create(agmm_world *w, const agmm_world_config *cfg, a
         version_text(g->nccl_version, v, sizeof v);
         snprintf(nccl, sizeof nccl, "NCCL %s%s", v, cfg->allow_nvls ? "" : ", NVLS off");
     }
-    if (emulated && w->shares_gpu)
+    if (emulated && w->nranks > ndev)
         snprintf(w->describe, sizeof w->describe,
                  "device: %d x %s (sm_%d%d, %d SMs); emulated: %d ranks share %d GPU%s; %s", ndev, prop.name,
                  prop.major, prop.minor, prop.multiProcessorCount, w->nranks, ndev, ndev > 1 ? "s" : "", nccl);
@@ -136,7 +150,6 @@ agmm_status agmm_world_gpu_create(agmm_world *w, const agmm_world_config *cfg, a
     return AGMM_SUCCESS;
 fail:
     agmm_world_gpu_destroy(w);
-    w->shares_gpu = 0;
     return st;
 }
 
@@ -155,7 +168,7 @@ void agmm_world_gpu_destroy(agmm_world *w)
 
 /* Stream memory operations from the driver, without linking libcuda. Missing ones stay NULL: only
  * backends that need them (fused) check, and report AGMM_ERR_UNSUPPORTED. */
-static void load_stream_memops(struct agmm_ctx_gpu *g)
+static void load_stream_memops(agmm_gpu_rank *g)
 {
     void *fn = NULL;
     enum cudaDriverEntryPointQueryResult q;
@@ -175,18 +188,19 @@ static agmm_status enable_peers(agmm_ctx *ctx)
 {
     agmm_status st = AGMM_SUCCESS;
     agmm_world *w = ctx->world;
+    const int dev = ctx->info.device;
     for (int i = 0; i < w->nlocal; i++) {
         int d = w->device_of[i];
         int seen = 0;
         for (int j = 0; j < i; j++)
             seen |= w->device_of[j] == d;
-        if (d == ctx->device || seen)
+        if (d == dev || seen)
             continue;
         int can = 0;
-        AGMM_CUDA_TRY(st, &ctx->err, cudaDeviceCanAccessPeer(&can, ctx->device, d));
+        AGMM_CUDA_TRY(st, &ctx->err, cudaDeviceCanAccessPeer(&can, dev, d));
         if (!can) {
             st = AGMM_FAIL(&ctx->err, AGMM_ERR_UNSUPPORTED, "rank %d: GPU %d cannot access GPU %d (no CUDA P2P)",
-                           ctx->rank, ctx->device, d);
+                           ctx->info.rank, dev, d);
             goto fail;
         }
         cudaError_t e = cudaDeviceEnablePeerAccess(d, 0);
@@ -199,37 +213,17 @@ fail:
     return st;
 }
 
-/* The device communicator (collective), and whether every rank got one: symmetric memory lives in
- * NCCL windows only if all did, else every rank uses the in-process implementation. */
-static agmm_status setup_windows(agmm_ctx *ctx)
-{
-    char why[AGMM_ERROR_LEN] = "";
-    int ok = agmm_lsa_devcomm_create((ncclComm_t)ctx->nccl_comm, &ctx->gpu->nccl_dev, why, sizeof why) == ncclSuccess;
-    int all[AGMM_MAX_RANKS];
-    agmm_status st = agmm_world_exchange(ctx, &ok, sizeof ok, all);
-    if (st != AGMM_SUCCESS)
-        return st;
-    int every = 1;
-    for (int r = 0; r < ctx->world->nranks; r++)
-        every &= all[r];
-    ctx->gpu->symm_nccl = every;
-    if (!ok)
-        agmm_log(ctx->world->log_level, AGMM_LOG_WARN, ctx->rank,
-                 "NCCL windows unavailable, symmetric memory falls back to in-process buffers: %s", why);
-    return AGMM_SUCCESS;
-}
-
-agmm_status agmm_ctx_gpu_create(agmm_ctx *ctx)
+agmm_status agmm_gpu_rank_create(agmm_ctx *ctx)
 {
     agmm_status st = AGMM_SUCCESS;
     agmm_world *w = ctx->world;
-    struct agmm_ctx_gpu *g = calloc(1, sizeof *g);
+    agmm_gpu_rank *g = calloc(1, sizeof *g);
     if (g == NULL)
-        return AGMM_FAIL(&ctx->err, AGMM_ERR_NO_MEMORY, "rank %d: GPU context allocation failed", ctx->rank);
+        return AGMM_FAIL(&ctx->err, AGMM_ERR_NO_MEMORY, "rank %d: GPU context allocation failed", ctx->info.rank);
     ctx->gpu = g;
-    /* The thread that creates the context is the one that enqueues its work (ctx_gpu.h). */
-    AGMM_CUDA_TRY(st, &ctx->err, cudaSetDevice(ctx->device));
-    ctx->nccl_comm = w->gpu->comms[ctx->local_rank];
+    /* The thread that creates the context is the one that enqueues its work (rank_gpu.h). */
+    AGMM_CUDA_TRY(st, &ctx->err, cudaSetDevice(ctx->info.device));
+    g->nccl_comm = w->gpu->comms[ctx->info.local_rank];
 
     int least = 0, greatest = 0;
     AGMM_CUDA_TRY(st, &ctx->err, cudaDeviceGetStreamPriorityRange(&least, &greatest));
@@ -241,26 +235,22 @@ agmm_status agmm_ctx_gpu_create(agmm_ctx *ctx)
     memset(g->err_host, 0, sizeof *g->err_host);
     AGMM_CUDA_TRY(st, &ctx->err, cudaHostGetDevicePointer((void **)&g->err_dev, g->err_host, 0));
     g->timeout_ns = (uint64_t)(w->timeout_s * 1e9);
-    AGMM_CUDA_TRY(st, &ctx->err, cudaDeviceGetAttribute(&g->num_sms, cudaDevAttrMultiProcessorCount, ctx->device));
-    for (int i = 0; i < w->nlocal; i++)
-        g->ranks_on_device += w->device_of[i] == ctx->device;
+    AGMM_CUDA_TRY(st, &ctx->err,
+                  cudaDeviceGetAttribute(&g->num_sms, cudaDevAttrMultiProcessorCount, ctx->info.device));
     load_stream_memops(g);
     AGMM_TRY(st, enable_peers(ctx));
-    if (ctx->nccl_comm)
-        AGMM_TRY(st, setup_windows(ctx));
     return AGMM_SUCCESS;
 fail:
-    /* world.c destroys the context (and with it this state) on failure. */
+    /* world_common.c destroys the context (and with it this state) on failure. */
     return st;
 }
 
-void agmm_ctx_gpu_destroy(agmm_ctx *ctx)
+void agmm_gpu_rank_destroy(agmm_ctx *ctx)
 {
-    struct agmm_ctx_gpu *g = ctx->gpu;
+    agmm_gpu_rank *g = ctx->gpu;
     if (g == NULL)
         return;
-    cudaSetDevice(ctx->device);
-    agmm_lsa_devcomm_destroy((ncclComm_t)ctx->nccl_comm, g->nccl_dev);
+    cudaSetDevice(ctx->info.device);
     if (g->copy_stream)
         cudaStreamSynchronize(g->copy_stream);
     if (g->lt)
@@ -286,7 +276,9 @@ static const char *wait_name(int wait)
     return "a wait";
 }
 
-agmm_status agmm_ctx_gpu_check_dev_error(agmm_ctx *ctx)
+const agmm_gpu_rank *agmm_ctx_gpu(const agmm_ctx *ctx) { return ctx->gpu; }
+
+agmm_status agmm_gpu_check_dev_error(agmm_ctx *ctx)
 {
     const volatile agmm_dev_error *e = ctx->gpu->err_host;
     if (e->code == AGMM_DEV_OK)
@@ -295,21 +287,21 @@ agmm_status agmm_ctx_gpu_check_dev_error(agmm_ctx *ctx)
         return AGMM_FAIL(&ctx->err, AGMM_ERR_TIMEOUT,
                          "rank %d: timed out after %.3g s waiting for chunk %d of the gathered A (rank %d's rows; "
                          "epoch %u, flag read %u): its copy never landed",
-                         (int)e->rank, ctx->world->timeout_s, (int)e->chunk, (int)e->peer, (unsigned)e->epoch,
+                         (int)e->rank, ctx->info.timeout_s, (int)e->chunk, (int)e->peer, (unsigned)e->epoch,
                          (unsigned)e->seen);
     return AGMM_FAIL(&ctx->err, AGMM_ERR_TIMEOUT,
                      "rank %d: timed out after %.3g s in %s waiting for rank %d (epoch %u, last saw %u): the "
                      "peer never arrived",
-                     (int)e->rank, ctx->world->timeout_s, wait_name(e->wait), (int)e->peer, (unsigned)e->epoch,
+                     (int)e->rank, ctx->info.timeout_s, wait_name(e->wait), (int)e->peer, (unsigned)e->epoch,
                      (unsigned)e->seen);
 }
 
-agmm_status agmm_ctx_gpu_sync(agmm_ctx *ctx)
+agmm_status agmm_gpu_rank_sync(agmm_ctx *ctx)
 {
     agmm_status st = AGMM_SUCCESS;
-    struct agmm_ctx_gpu *g = ctx->gpu;
-    AGMM_CUDA_TRY(st, &ctx->err, cudaSetDevice(ctx->device));
-    if (g->ranks_on_device == 1) {
+    agmm_gpu_rank *g = ctx->gpu;
+    AGMM_CUDA_TRY(st, &ctx->err, cudaSetDevice(ctx->info.device));
+    if (ctx->info.ranks_on_device == 1) {
         AGMM_CUDA_TRY(st, &ctx->err, cudaDeviceSynchronize());
     } else {
         /* Only this rank's work: peers on the device may hold barriers waiting for our next call. */
@@ -318,35 +310,22 @@ agmm_status agmm_ctx_gpu_sync(agmm_ctx *ctx)
         AGMM_CUDA_TRY(st, &ctx->err, cudaStreamSynchronize(g->copy_stream));
     }
     AGMM_CUDA_TRY(st, &ctx->err, cudaGetLastError());
-    st = agmm_ctx_gpu_check_dev_error(ctx);
+    st = agmm_gpu_check_dev_error(ctx);
 fail:
     return st;
 }
 
-agmm_status agmm_ctx_gpu_check_stream(agmm_ctx *ctx, cudaStream_t stream)
+agmm_status agmm_gpu_check_stream(agmm_ctx *ctx, cudaStream_t stream)
 {
-    if (stream == NULL && ctx->gpu->ranks_on_device > 1)
+    if (stream == NULL && ctx->info.ranks_on_device > 1)
         return AGMM_FAIL(&ctx->err, AGMM_ERR_INVALID_ARG,
                          "rank %d: %d ranks share GPU %d, so each needs its own non-blocking stream: the legacy "
                          "default stream (NULL) serialises them and a barrier would wait for a peer queued behind it",
-                         ctx->rank, ctx->gpu->ranks_on_device, ctx->device);
+                         ctx->info.rank, ctx->info.ranks_on_device, ctx->info.device);
     return AGMM_SUCCESS;
 }
 
-agmm_status agmm_ctx_gpu_barrier(agmm_ctx *ctx, cudaStream_t stream)
-{
-    agmm_status st = AGMM_SUCCESS;
-    if (ctx->world->nranks == 1)
-        return AGMM_SUCCESS;
-    uint32_t epoch = ++ctx->barrier_epoch;
-    AGMM_CUDA_TRY(st, &ctx->err,
-                  agmm_launch_barrier((uint32_t *const *)ctx->pad->d_peer, ctx->rank, ctx->world->nranks, epoch,
-                                      ctx->gpu->timeout_ns, ctx->gpu->err_dev, stream));
-fail:
-    return st;
-}
-
-agmm_status agmm_ctx_gpu_note_run(agmm_ctx *ctx, cudaStream_t stream)
+agmm_status agmm_gpu_note_run(agmm_ctx *ctx, cudaStream_t stream)
 {
     agmm_status st = AGMM_SUCCESS;
     AGMM_CUDA_TRY(st, &ctx->err, cudaEventRecord(ctx->gpu->last_run, stream));
@@ -355,32 +334,32 @@ fail:
     return st;
 }
 
-agmm_status agmm_ctx_gpu_agreed_sm_share(agmm_ctx *ctx, int *out)
+agmm_status agmm_gpu_agreed_sm_share(agmm_ctx *ctx, int *out)
 {
-    int per_device = ctx->gpu->ranks_on_device > 0 ? ctx->gpu->ranks_on_device : 1;
+    int per_device = ctx->info.ranks_on_device > 0 ? ctx->info.ranks_on_device : 1;
     int mine = ctx->gpu->num_sms / per_device;
     if (mine < 1)
         mine = 1;
     int all[AGMM_MAX_RANKS];
     for (int r = 0; r < AGMM_MAX_RANKS; r++)
         all[r] = mine;
-    agmm_status st = agmm_world_exchange(ctx, &mine, sizeof mine, all);
+    agmm_status st = agmm_host_exchange(ctx, &mine, sizeof mine, all);
     if (st != AGMM_SUCCESS)
         return st;
-    for (int r = 0; r < ctx->world->nranks; r++)
+    for (int r = 0; r < ctx->info.nranks; r++)
         if (all[r] < mine)
             mine = all[r];
     *out = mine;
     return AGMM_SUCCESS;
 }
 
-void agmm_ctx_gpu_quiesce(agmm_ctx *ctx)
+void agmm_gpu_quiesce(agmm_ctx *ctx)
 {
-    struct agmm_ctx_gpu *g = ctx->gpu;
+    agmm_gpu_rank *g = ctx->gpu;
     if (g == NULL)
         return;
-    cudaSetDevice(ctx->device);
-    if (g->ranks_on_device == 1) {
+    cudaSetDevice(ctx->info.device);
+    if (ctx->info.ranks_on_device == 1) {
         cudaDeviceSynchronize();
     } else {
         if (g->last_run_recorded)
@@ -389,3 +368,4 @@ void agmm_ctx_gpu_quiesce(agmm_ctx *ctx)
     }
     cudaGetLastError();
 }
+#endif /* AGMM_HAVE_CUDA */

@@ -19,6 +19,7 @@
 
 #include "core/numeric.h"
 #include "core/stats.h"
+#include "backends/backend.h"
 #include "cpu/reference.h"
 #include "gpu_tests.h"
 #include "../harness.h"
@@ -33,7 +34,7 @@ typedef struct {
 
 typedef struct {
     mm_shape sh;
-    agmm_backend backend;
+    const char *backend;
     int nranks;
     const uint16_t *a[2];      /* W*m*k, the shards in rank order: call 0 uses a[0], call 1 a[1] = -a[0] */
     const uint16_t *b;         /* k x n in sh.layout, the same on every rank */
@@ -64,7 +65,8 @@ static agmm_status mm_rank(agmm_ctx *ctx, void *arg)
     void *d_b = NULL, *d_ag = NULL, *d_c = NULL;
     uint16_t *h_shard = NULL, *h_ag = NULL, *h_c = NULL;
     j->res.ok[rank] = 1;
-    agmm_ag_matmul_desc d = {sh->m, sh->n, sh->k, sh->layout, j->backend, sh->splits};
+    agmm_ag_matmul_desc d = {.m = sh->m, .n = sh->n, .k = sh->k, .b_layout = sh->layout, .splits = sh->splits,
+                             .backend = j->backend};
     /* Where ranks share a GPU, a call that synchronises the device (cudaMalloc, cudaMallocHost) or
      * takes the driver's pageable-copy path while a peer's run waits in a barrier for this rank
      * stalls both until the barrier's timeout. So: everything allocated and B uploaded before
@@ -82,14 +84,14 @@ static agmm_status mm_rank(agmm_ctx *ctx, void *arg)
     RANK_CUDA(res, rank, cudaMemcpyAsync(d_b, j->b, b * 2, cudaMemcpyHostToDevice, s));
     RANK_CUDA(res, rank, cudaStreamSynchronize(s));
     RANK_AGMM(res, ctx, agmm_plan_ag_matmul(&plan, ctx, &d));
-    agmm_io io = {.b = d_b, .a_gathered = d_ag, .c = d_c};
+    agmm_ag_matmul_io io = {.b = d_b, .a_gathered = d_ag, .c = d_c};
     for (int it = 0; it < 2; it++) {
         RANK_CUDA(res, rank, cudaMemcpyAsync(agmm_plan_input(plan), h_shard + (size_t)it * shard, shard * 2,
                                              cudaMemcpyHostToDevice, s));
         /* Poison: 0xffff is a bf16 NaN, so an element never written fails the error check. */
         RANK_CUDA(res, rank, cudaMemsetAsync(d_ag, 0xff, ag * 2, s));
         RANK_CUDA(res, rank, cudaMemsetAsync(d_c, 0xff, c * 2, s));
-        RANK_AGMM(res, ctx, agmm_plan_run(plan, &io, s));
+        RANK_AGMM(res, ctx, agmm_ag_matmul(plan, &io, s));
         RANK_CUDA(res, rank, cudaMemcpyAsync(h_ag, d_ag, ag * 2, cudaMemcpyDeviceToHost, s));
         RANK_CUDA(res, rank, cudaMemcpyAsync(h_c, d_c, c * 2, cudaMemcpyDeviceToHost, s));
         RANK_CUDA(res, rank, cudaStreamSynchronize(s));
@@ -155,14 +157,14 @@ static int inputs_make(mm_inputs *in, int nranks, const mm_shape *sh, uint64_t s
 
 /* Runs one backend on one shape in world w and checks every rank; returns rank 0's C of call 0
  * (caller frees) when keep_c, else NULL. */
-static uint16_t *mm_case(agmm_world *w, agmm_backend backend, const mm_shape *sh, const mm_inputs *in, int keep_c)
+static uint16_t *mm_case(agmm_world *w, const char *backend, const mm_shape *sh, const mm_inputs *in, int keep_c)
 {
     int nranks = agmm_world_nranks(w);
     size_t ag = (size_t)nranks * (size_t)(sh->m * sh->k), c = (size_t)nranks * (size_t)(sh->m * sh->n);
     mm_job *j = calloc(1, sizeof *j);
     uint16_t *kept = NULL;
     char what[256];
-    snprintf(what, sizeof what, "ag_matmul/%s W=%d M=%lld N=%lld K=%lld B=%s splits=%d", agmm_backend_name(backend),
+    snprintf(what, sizeof what, "ag_matmul/%s W=%d M=%lld N=%lld K=%lld B=%s splits=%d", backend,
              nranks, (long long)sh->m, (long long)sh->n, (long long)sh->k,
              sh->layout == AGMM_LAYOUT_COL_MAJOR ? "col" : "row", sh->splits);
     if (j == NULL) {
@@ -261,10 +263,10 @@ void test_ag_matmul_w1(void)
             agmm_check(0, "ag_matmul W=1: out of host memory");
             continue;
         }
-        uint16_t *c_nccl = mm_case(w, AGMM_BACKEND_NCCL, &shapes[i], &in, 1);
-        uint16_t *c_ce = mm_case(w, AGMM_BACKEND_CE, &shapes[i], &in, 1);
+        uint16_t *c_nccl = mm_case(w, "nccl", &shapes[i], &in, 1);
+        uint16_t *c_ce = mm_case(w, "ce", &shapes[i], &in, 1);
         /* fused runs our GEMM engine: checked against the reference inside mm_case. */
-        mm_case(w, AGMM_BACKEND_FUSED, &shapes[i], &in, 0);
+        mm_case(w, "fused", &shapes[i], &in, 0);
         if (c_nccl && c_ce) {
             int64_t count = shapes[i].m * shapes[i].n;
             int64_t bad = agmm_ref_first_mismatch(c_ce, c_nccl, count, 2);
@@ -297,8 +299,8 @@ void test_ag_matmul_ce_emulated(void)
                 agmm_check(0, "ag_matmul emulated: out of host memory");
                 continue;
             }
-            mm_case(w, AGMM_BACKEND_CE, &shapes[i], &in, 0);
-            mm_case(w, AGMM_BACKEND_FUSED, &shapes[i], &in, 0);
+            mm_case(w, "ce", &shapes[i], &in, 0);
+            mm_case(w, "fused", &shapes[i], &in, 0);
             inputs_free(&in);
         }
         agmm_world_destroy(w);
@@ -309,23 +311,30 @@ typedef struct {
     gpu_rank_results res;
 } skip_args;
 
+/* The message of a backend refused where ranks share a GPU: "skipped: <op>/<name> needs NCCL, but
+ * ranks share a GPU ...". */
+static int skipped_shared(const char *msg)
+{
+    return strstr(msg, "skipped:") != NULL && strstr(msg, "ranks share a GPU") != NULL;
+}
+
 static agmm_status skip_rank(agmm_ctx *ctx, void *arg)
 {
     skip_args *a = arg;
     int rank = agmm_ctx_rank(ctx);
     a->res.ok[rank] = 1;
     agmm_plan *p = NULL;
-    agmm_ag_matmul_desc d = {256, 256, 256, AGMM_LAYOUT_COL_MAJOR, AGMM_BACKEND_NCCL, 0};
+    agmm_ag_matmul_desc d = {.m = 256, .n = 256, .k = 256, .b_layout = AGMM_LAYOUT_COL_MAJOR, .backend = "nccl"};
     agmm_status st = agmm_plan_ag_matmul(&p, ctx, &d);
-    if (st != AGMM_ERR_UNSUPPORTED || p != NULL || !strstr(agmm_last_error(ctx), "skipped: ranks share a GPU"))
+    if (st != AGMM_ERR_UNSUPPORTED || p != NULL || !skipped_shared(agmm_last_error(ctx)))
         return gpu_rank_fail(&a->res, rank, "ag_matmul nccl: %s '%s'", agmm_status_str(st), agmm_last_error(ctx)),
                AGMM_SUCCESS;
-    const agmm_backend ar[] = {AGMM_BACKEND_NCCL, AGMM_BACKEND_NCCL_PLAIN};
+    const char *const ar[] = {"nccl", "nccl_plain"};
     for (int i = 0; i < 2; i++) {
-        agmm_all_reduce_desc ad = {4093, AGMM_DTYPE_BF16, ar[i]};
+        agmm_all_reduce_desc ad = {.n = 4093, .dtype = AGMM_DTYPE_BF16, .backend = ar[i]};
         st = agmm_plan_all_reduce(&p, ctx, &ad);
-        if (st != AGMM_ERR_UNSUPPORTED || !strstr(agmm_last_error(ctx), "skipped: ranks share a GPU"))
-            return gpu_rank_fail(&a->res, rank, "all_reduce %s: %s '%s'", agmm_backend_name(ar[i]),
+        if (st != AGMM_ERR_UNSUPPORTED || !skipped_shared(agmm_last_error(ctx)))
+            return gpu_rank_fail(&a->res, rank, "all_reduce %s: %s '%s'", ar[i],
                                  agmm_status_str(st), agmm_last_error(ctx)),
                    AGMM_SUCCESS;
     }
@@ -341,7 +350,22 @@ void test_ag_matmul_nccl_skipped(void)
     memset(&a, 0, sizeof a);
     agmm_status st = agmm_world_run(w, skip_rank, &a);
     agmm_check(st == AGMM_SUCCESS, "nccl skipped: agmm_world_run -> %s", agmm_status_str(st));
-    gpu_report_ranks(&a.res, 2, "emulated W=2: nccl backends report 'skipped: ranks share a GPU'");
+    gpu_report_ranks(&a.res, 2, "emulated W=2: nccl backends report 'skipped: ... ranks share a GPU'");
+    /* The same answer before planning: every backend of the table is available in an emulated
+     * world except those that need NCCL, and those say why. */
+    const agmm_op ops[2] = {AGMM_OP_AG_MATMUL, AGMM_OP_ALL_REDUCE};
+    for (int oi = 0; oi < 2; oi++)
+        for (int i = 0; agmm_backend_name(ops[oi], i) != NULL; i++) {
+            const char *name = agmm_backend_name(ops[oi], i);
+            const agmm_backend *b = agmm_backend_find(ops[oi], name);
+            int needs_nccl = b != NULL && b->gpu != NULL && (b->gpu->needs & AGMM_CAP_NCCL);
+            char why[512] = "";
+            int avail = agmm_backend_available(w, ops[oi], name, why, sizeof why);
+            agmm_check(b != NULL && b->gpu != NULL && avail == !needs_nccl && (avail || skipped_shared(why)),
+                       "emulated W=2: agmm_backend_available(%s, %s) = %d (want %d: %s)%s%s", agmm_op_name(ops[oi]),
+                       name, avail, !needs_nccl, needs_nccl ? "needs NCCL" : "has a GPU implementation without NCCL",
+                       why[0] ? ": " : "", why);
+        }
     agmm_world_destroy(w);
 }
 
@@ -360,7 +384,7 @@ static agmm_status ce_timeout_rank(agmm_ctx *ctx, void *arg)
     void *d_b = NULL, *d_ag = NULL, *d_c = NULL;
     gpu_rank_results *res = &a->res;
     a->res.ok[rank] = 1;
-    agmm_ag_matmul_desc d = {128, 128, 128, AGMM_LAYOUT_COL_MAJOR, AGMM_BACKEND_CE, 2};
+    agmm_ag_matmul_desc d = {.m = 128, .n = 128, .k = 128, .b_layout = AGMM_LAYOUT_COL_MAJOR, .splits = 2, .backend = "ce"};
     RANK_AGMM(res, ctx, agmm_plan_ag_matmul(&plan, ctx, &d));
     if (rank != 0) {
         gpu_wait_flag(&a->rank0_done, 30.0);
@@ -370,8 +394,8 @@ static agmm_status ce_timeout_rank(agmm_ctx *ctx, void *arg)
     RANK_CUDA(res, rank, cudaMalloc(&d_b, 128 * 128 * 2));
     RANK_CUDA(res, rank, cudaMalloc(&d_ag, 2 * 128 * 128 * 2));
     RANK_CUDA(res, rank, cudaMalloc(&d_c, 2 * 128 * 128 * 2));
-    agmm_io io = {.b = d_b, .a_gathered = d_ag, .c = d_c};
-    RANK_AGMM(res, ctx, agmm_plan_run(plan, &io, s));
+    agmm_ag_matmul_io io = {.b = d_b, .a_gathered = d_ag, .c = d_c};
+    RANK_AGMM(res, ctx, agmm_ag_matmul(plan, &io, s));
     agmm_status st = agmm_ctx_sync(ctx);
     if (st != AGMM_ERR_TIMEOUT || !strstr(agmm_last_error(ctx), "waiting for rank 1")) {
         gpu_rank_fail(&a->res, rank, "agmm_ctx_sync -> %s '%s' (want a timeout naming rank 1)", agmm_status_str(st),
@@ -379,7 +403,7 @@ static agmm_status ce_timeout_rank(agmm_ctx *ctx, void *arg)
         goto done;
     }
     printf("  rank 0 reported: %s\n", agmm_last_error(ctx));
-    st = agmm_plan_run(plan, &io, s);
+    st = agmm_ag_matmul(plan, &io, s);
     if (st != AGMM_ERR_TIMEOUT)
         gpu_rank_fail(&a->res, rank, "a run after the timeout -> %s (want AGMM_ERR_TIMEOUT: ranks are out of step)",
                       agmm_status_str(st));
@@ -419,7 +443,7 @@ static agmm_status ar_rank(agmm_ctx *ctx, void *arg)
     res->ok[rank] = 1;
     const int64_t sizes[] = {1, 4093, 8193, 16387, 1 << 20};
     const agmm_dtype dtypes[] = {AGMM_DTYPE_BF16, AGMM_DTYPE_F32};
-    const agmm_backend backends[] = {AGMM_BACKEND_NCCL, AGMM_BACKEND_NCCL_PLAIN};
+    const char *const backends[] = {"nccl", "nccl_plain"};
     void *h_in = malloc((1 << 20) * 4), *h_out = malloc((1 << 20) * 4), *d_out = NULL;
     agmm_plan *p = NULL;
     RANK_CUDA(res, rank, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -430,7 +454,7 @@ static agmm_status ar_rank(agmm_ctx *ctx, void *arg)
                 for (int in_place = 0; in_place < 2; in_place++) {
                     int64_t n = sizes[si];
                     size_t bytes = (size_t)n * (dtypes[di] == AGMM_DTYPE_F32 ? 4 : 2);
-                    agmm_all_reduce_desc d = {n, dtypes[di], backends[bi]};
+                    agmm_all_reduce_desc d = {.n = n, .dtype = dtypes[di], .backend = backends[bi]};
                     RANK_AGMM(res, ctx, agmm_plan_all_reduce(&p, ctx, &d));
                     uint64_t seed = 77 + (uint64_t)(bi * 100 + di * 10 + si);
                     for (int64_t i = 0; i < n; i++) {
@@ -444,8 +468,8 @@ static agmm_status ar_rank(agmm_ctx *ctx, void *arg)
                     RANK_CUDA(res, rank, cudaMemcpyAsync(agmm_plan_input(p), h_in, bytes, cudaMemcpyHostToDevice, s));
                     if (!in_place)
                         RANK_CUDA(res, rank, cudaMemsetAsync(d_out, 0xff, bytes, s));
-                    agmm_io io = {.out = out};
-                    RANK_AGMM(res, ctx, agmm_plan_run(p, &io, s));
+                    agmm_all_reduce_io io = {.out = out};
+                    RANK_AGMM(res, ctx, agmm_all_reduce(p, &io, s));
                     RANK_CUDA(res, rank, cudaMemcpyAsync(h_out, out, bytes, cudaMemcpyDeviceToHost, s));
                     RANK_CUDA(res, rank, cudaStreamSynchronize(s));
                     RANK_AGMM(res, ctx, agmm_ctx_sync(ctx));
@@ -454,7 +478,7 @@ static agmm_status ar_rank(agmm_ctx *ctx, void *arg)
                     int64_t bad = agmm_ref_first_mismatch(h_out, h_in, n, dtypes[di] == AGMM_DTYPE_F32 ? 4 : 2);
                     if (bad >= 0) {
                         gpu_rank_fail(res, rank, "all_reduce/%s %s n=%lld %s: element %lld differs",
-                                      agmm_backend_name(backends[bi]), dtypes[di] == AGMM_DTYPE_F32 ? "fp32" : "bf16",
+                                      backends[bi], dtypes[di] == AGMM_DTYPE_F32 ? "fp32" : "bf16",
                                       (long long)n, in_place ? "in place" : "out of place", (long long)bad);
                         goto done;
                     }

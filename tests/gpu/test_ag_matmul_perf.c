@@ -78,24 +78,25 @@ static agmm_status perf_rank(agmm_ctx *ctx, void *arg)
     for (size_t i = 0; i < max_elems; i++)
         h_pool[i] = agmm_f32_to_bf16(agmm_rng_uniform(&seed));
     PERF_CUDA(cudaMemcpyAsync(d_b, h_pool, max_elems * 2, cudaMemcpyHostToDevice, s));
-    const agmm_backend backends[2] = {AGMM_BACKEND_NCCL, AGMM_BACKEND_CE};
-    agmm_io io = {.b = d_b, .a_gathered = d_ag, .c = d_c};
+    const char *const backends[2] = {"nccl", "ce"};
+    agmm_ag_matmul_io io = {.b = d_b, .a_gathered = d_ag, .c = d_c};
     for (int sz = 256; sz <= PERF_MAX; sz += 128) {
         for (int bi = 0; bi < 2; bi++) {
-            agmm_ag_matmul_desc d = {sz, sz, sz, AGMM_LAYOUT_COL_MAJOR, backends[bi], 1};
+            agmm_ag_matmul_desc d = {.m = sz, .n = sz, .k = sz, .b_layout = AGMM_LAYOUT_COL_MAJOR, .splits = 1,
+                                     .backend = backends[bi]};
             PERF_AGMM(agmm_plan_ag_matmul(&plan[bi], ctx, &d));
             PERF_CUDA(cudaMemcpyAsync(agmm_plan_input(plan[bi]), d_pool, (size_t)sz * sz * 2,
                                       cudaMemcpyDeviceToDevice, s));
         }
         for (int it = 0; it < PERF_WARMUP; it++)
             for (int bi = 0; bi < 2; bi++)
-                PERF_AGMM(agmm_plan_run(plan[bi], &io, s));
+                PERF_AGMM(agmm_ag_matmul(plan[bi], &io, s));
         for (int it = 0; it < PERF_ITERS; it++)
             for (int o = 0; o < 2; o++) {
                 int bi = (it + o) % 2; /* alternate which goes first */
                 PERF_CUDA(cudaMemsetAsync(d_flush, it & 0xff, FLUSH_BYTES, s));
                 PERF_CUDA(cudaEventRecord(ev0, s));
-                PERF_AGMM(agmm_plan_run(plan[bi], &io, s));
+                PERF_AGMM(agmm_ag_matmul(plan[bi], &io, s));
                 PERF_CUDA(cudaEventRecord(ev1, s));
                 PERF_CUDA(cudaEventSynchronize(ev1));
                 float ms = 0;

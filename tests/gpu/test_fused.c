@@ -15,7 +15,7 @@
 #include "core/numeric.h"
 #include "cpu/reference.h"
 #include "gpu_tests.h"
-#include "ops/ag_matmul_fused.h"
+#include "backends/ag_matmul_fused.h"
 #include "../harness.h"
 
 typedef struct {
@@ -24,7 +24,7 @@ typedef struct {
     int64_t m, n, k;
     int splits;
     int delay_chunk_step;      /* delay the chunk of rank (rank + step) % W, split splits-1 */
-    uint64_t delay_ns;
+    int64_t delay_ns;
     const uint16_t *a, *b;     /* all shards in rank order; B (col-major), the same on every rank */
     const double *c_ref;
     double run_s[AGMM_MAX_RANKS];
@@ -49,7 +49,8 @@ static agmm_status delay_rank(agmm_ctx *ctx, void *arg)
     cudaStream_t s = NULL;
     void *d_b = NULL, *d_ag = NULL, *d_c = NULL;
     uint16_t *h_ag = NULL, *h_c = NULL;
-    agmm_ag_matmul_desc d = {j->m, j->n, j->k, AGMM_LAYOUT_COL_MAJOR, AGMM_BACKEND_FUSED, j->splits};
+    agmm_ag_matmul_desc d = {.m = j->m, .n = j->n, .k = j->k, .b_layout = AGMM_LAYOUT_COL_MAJOR, .splits = j->splits,
+                             .backend = "fused"};
     agmm_status st = agmm_plan_ag_matmul(&plan, ctx, &d);
     j->status[rank] = st;
     if (st != AGMM_SUCCESS) {
@@ -70,18 +71,25 @@ static agmm_status delay_rank(agmm_ctx *ctx, void *arg)
         pthread_barrier_wait(&j->ready);
         goto done;
     }
-    agmm_gpu_fused_set_copy_delay(plan, chunk, j->delay_ns);
+    st = agmm_fused_set_copy_delay(plan, chunk, j->delay_ns);
+    if (st != AGMM_SUCCESS) {
+        j->status[rank] = st;
+        snprintf(j->msg[rank], sizeof j->msg[rank], "agmm_fused_set_copy_delay(chunk %d): %s", chunk,
+                 agmm_last_error(ctx));
+        pthread_barrier_wait(&j->ready);
+        goto done;
+    }
     cudaMemcpyAsync(agmm_plan_input(plan), j->a + (size_t)rank * shard, shard * 2, cudaMemcpyHostToDevice, s);
     cudaMemcpyAsync(d_b, j->b, (size_t)(j->k * j->n) * 2, cudaMemcpyHostToDevice, s);
     cudaMemsetAsync(d_ag, 0xff, ag * 2, s); /* NaN: a tile that reads before its chunk lands shows */
     cudaMemsetAsync(d_c, 0xff, c * 2, s);
     cudaStreamSynchronize(s);
     /* Nobody allocates or copies from pageable memory once a peer's run may be spinning on a
-     * shared GPU (ctx_gpu.h's rule for emulated worlds). */
+     * shared GPU (rank_gpu.h's rule for emulated worlds). */
     pthread_barrier_wait(&j->ready);
-    agmm_io io = {.b = d_b, .a_gathered = d_ag, .c = d_c};
+    agmm_ag_matmul_io io = {.b = d_b, .a_gathered = d_ag, .c = d_c};
     double t0 = now_s();
-    st = agmm_plan_run(plan, &io, s);
+    st = agmm_ag_matmul(plan, &io, s);
     if (st == AGMM_SUCCESS) {
         cudaStreamSynchronize(s);
         st = agmm_ctx_sync(ctx);
@@ -170,7 +178,7 @@ void test_fused_chunk_timeout(void)
     const int W = 2;
     static delay_job j;
     memset(&j, 0, sizeof j);
-    j.m = 128, j.n = 128, j.k = 64, j.splits = 1, j.delay_chunk_step = 1, j.delay_ns = 1500000000ull;
+    j.m = 128, j.n = 128, j.k = 64, j.splits = 1, j.delay_chunk_step = 1, j.delay_ns = 1500000000ll;
     if (!run_delay_job(&j, W, 0.3))
         return;
     /* Every rank's GEMM waits for its peer's chunk, which lands 1.5 s late: the bound (0.3 s)

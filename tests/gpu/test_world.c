@@ -16,8 +16,8 @@
 #include "gpu_tests.h"
 #include "../harness.h"
 #include "kernels/signal.h"
-#include "symm/symm_impl.h"
-#include "world/ctx_gpu.h"
+#include "symm/symm.h"
+#include "world/rank_gpu.h"
 
 agmm_world *gpu_test_world(agmm_world_kind kind, int nranks, double timeout_s)
 {
@@ -62,7 +62,7 @@ static agmm_status heap_rank(agmm_ctx *ctx, void *arg)
 {
     heap_args *a = arg;
     gpu_rank_results *res = &a->res;
-    int rank = ctx->rank, nranks = agmm_world_nranks(ctx->world);
+    int rank = agmm_ctx_rank(ctx), nranks = agmm_ctx_info(ctx)->nranks;
     const size_t words = 3 * 1024 + 25; /* not a multiple of anything useful */
     agmm_symm_buf *buf = NULL;
     cudaStream_t s = NULL;
@@ -71,13 +71,20 @@ static agmm_status heap_rank(agmm_ctx *ctx, void *arg)
     uint32_t *h_vals = NULL, *d_seen = NULL, *h_seen = NULL;
     size_t probe[2] = {0, words - 1};
     res->ok[rank] = 1;
-    if (a->want_nccl && !(ctx->nccl_comm && agmm_symm_uses_nccl(ctx))) {
-        gpu_rank_fail(res, rank, "expected NCCL windows (comm=%p, windows=%d)", ctx->nccl_comm,
-                      agmm_symm_uses_nccl(ctx));
+    const agmm_gpu_rank *gpu = agmm_ctx_gpu(ctx);
+    if (gpu == NULL) {
+        gpu_rank_fail(res, rank, "a rank of a GPU world has no GPU resources (agmm_ctx_gpu is NULL)");
         goto done;
     }
-    if (!a->want_nccl && (ctx->nccl_comm || agmm_symm_uses_nccl(ctx))) {
-        gpu_rank_fail(res, rank, "an emulated rank has an NCCL communicator");
+    int windows = strcmp(agmm_symm_kind(ctx), "NCCL windows") == 0;
+    if (a->want_nccl && !(gpu->nccl_comm && windows)) {
+        gpu_rank_fail(res, rank, "expected NCCL windows (comm=%p, symmetric memory: %s)", (void *)gpu->nccl_comm,
+                      agmm_symm_kind(ctx));
+        goto done;
+    }
+    if (!a->want_nccl && (gpu->nccl_comm || windows)) {
+        gpu_rank_fail(res, rank, "an emulated rank has an NCCL communicator or windows (comm=%p, symmetric memory: %s)",
+                      (void *)gpu->nccl_comm, agmm_symm_kind(ctx));
         goto done;
     }
     /* Every allocation first: device-synchronising calls must not meet a peer's barrier in flight
@@ -89,13 +96,13 @@ static agmm_status heap_rank(agmm_ctx *ctx, void *arg)
     RANK_CUDA(res, rank, cudaMallocHost((void **)&h_vals, rounds * 4));
     RANK_CUDA(res, rank, cudaMalloc((void **)&d_seen, (size_t)rounds * AGMM_MAX_RANKS * 4));
     RANK_CUDA(res, rank, cudaMallocHost((void **)&h_seen, (size_t)rounds * AGMM_MAX_RANKS * 4));
-    RANK_AGMM(res, ctx, agmm_world_barrier(ctx));
+    RANK_AGMM(res, ctx, agmm_host_barrier(ctx));
     RANK_AGMM(res, ctx, agmm_symm_alloc(ctx, words * 4, &buf));
     for (size_t i = 0; i < words; i++)
         h[i] = pattern(rank, i);
     RANK_CUDA(res, rank, cudaMemcpyAsync(buf->local, h, words * 4, cudaMemcpyHostToDevice, s));
     RANK_CUDA(res, rank, cudaStreamSynchronize(s));
-    RANK_AGMM(res, ctx, agmm_world_barrier(ctx));
+    RANK_AGMM(res, ctx, agmm_host_barrier(ctx));
 
     /* Host copies through the host table. */
     for (int p = 0; p < nranks; p++) {
@@ -121,7 +128,7 @@ static agmm_status heap_rank(agmm_ctx *ctx, void *arg)
                 goto done;
             }
     }
-    RANK_AGMM(res, ctx, agmm_world_barrier(ctx));
+    RANK_AGMM(res, ctx, agmm_host_barrier(ctx));
 
     /* Barrier rounds, all enqueued before one sync: write word 0, barrier, read every peer's word 0
      * into round slot, barrier (nobody rewrites word 0 while a peer may still read it). Without
@@ -129,12 +136,12 @@ static agmm_status heap_rank(agmm_ctx *ctx, void *arg)
     for (int i = 0; i < rounds; i++) {
         h_vals[i] = (uint32_t)(i + 1) * 64u + (uint32_t)rank;
         RANK_CUDA(res, rank, cudaMemcpyAsync(buf->local, &h_vals[i], 4, cudaMemcpyHostToDevice, s));
-        RANK_AGMM(res, ctx, agmm_ctx_gpu_barrier(ctx, s));
+        RANK_AGMM(res, ctx, agmm_symm_barrier_stream(ctx, s));
         RANK_CUDA(res, rank, agmm_launch_peek_peers((uint32_t *const *)buf->d_peer, 0, nranks,
                                                        d_seen + (size_t)i * AGMM_MAX_RANKS, s));
-        RANK_AGMM(res, ctx, agmm_ctx_gpu_barrier(ctx, s));
+        RANK_AGMM(res, ctx, agmm_symm_barrier_stream(ctx, s));
     }
-    RANK_AGMM(res, ctx, agmm_ctx_gpu_note_run(ctx, s));
+    RANK_AGMM(res, ctx, agmm_gpu_note_run(ctx, s));
     RANK_CUDA(res, rank, cudaMemcpyAsync(h_seen, d_seen, (size_t)rounds * AGMM_MAX_RANKS * 4,
                                             cudaMemcpyDeviceToHost, s));
     RANK_AGMM(res, ctx, agmm_ctx_sync(ctx));
@@ -191,6 +198,15 @@ void test_world_nccl_one(void)
     agmm_check(nvls && strcmp(nvls, "0") == 0, "world GPU W=1 forces NCCL_NVLS_ENABLE=0 (is %s)", nvls ? nvls : "unset");
     agmm_check(strstr(agmm_world_describe(w), "NCCL 2.") != NULL, "world GPU W=1 describe names NCCL: %s",
                agmm_world_describe(w));
+    /* A real GPU world has NCCL and peer memory: every backend of the table can run. */
+    const agmm_op ops[2] = {AGMM_OP_AG_MATMUL, AGMM_OP_ALL_REDUCE};
+    for (int oi = 0; oi < 2; oi++)
+        for (int i = 0; agmm_backend_name(ops[oi], i) != NULL; i++) {
+            char why[512] = "";
+            int avail = agmm_backend_available(w, ops[oi], agmm_backend_name(ops[oi], i), why, sizeof why);
+            agmm_check(avail == 1, "world GPU W=1: %s/%s available%s%s", agmm_op_name(ops[oi]),
+                       agmm_backend_name(ops[oi], i), avail ? "" : ": ", why);
+        }
     agmm_world_destroy(w);
     heap_world(AGMM_WORLD_GPU, 1, 1);
 }
@@ -236,7 +252,7 @@ static agmm_status timeout_rank(agmm_ctx *ctx, void *arg)
 {
     timeout_args *a = arg;
     gpu_rank_results *res = &a->res;
-    int rank = ctx->rank;
+    int rank = agmm_ctx_rank(ctx);
     cudaStream_t s = NULL;
     res->ok[rank] = 1;
     if (rank != 0) {
@@ -246,8 +262,8 @@ static agmm_status timeout_rank(agmm_ctx *ctx, void *arg)
     RANK_CUDA(res, rank, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    RANK_AGMM(res, ctx, agmm_ctx_gpu_barrier(ctx, s));
-    RANK_AGMM(res, ctx, agmm_ctx_gpu_note_run(ctx, s));
+    RANK_AGMM(res, ctx, agmm_symm_barrier_stream(ctx, s));
+    RANK_AGMM(res, ctx, agmm_gpu_note_run(ctx, s));
     agmm_status st = agmm_ctx_sync(ctx);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     a->elapsed_s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);

@@ -4,7 +4,6 @@
 
 #include <stdlib.h>
 
-#include "../world/ctx_gpu.h"
 #include "../world/gpu_check.h"
 
 struct agmm_gemm_lt {

@@ -1,0 +1,44 @@
+/* agmm's extras for its own benchmark (agmm-bench, tools/): the one internal header the tools
+ * include beside agmm.h. Not installed; no stability promise. It gives them
+ *   - the plain GEMM on a rank's device (the yardstick of the overlap column): the world's
+ *     reference library (cuBLASLt on GPUs, the CPU world's GEMM) or agmm's GEMM engine;
+ *   - descriptor checks without a world (so bad command lines fail before any device starts);
+ *   - core's helpers the benchmark shares with the library: bf16 conversion and the RNG
+ *     (core/numeric.h), medians (core/stats.h), dtype sizes (core/validate.h). */
+#ifndef AGMM_API_AGMM_EXT_H
+#define AGMM_API_AGMM_EXT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "agmm.h"
+#include "../core/numeric.h"
+#include "../core/stats.h"
+#include "../core/validate.h"
+
+typedef struct agmm_ext_gemm agmm_ext_gemm;
+
+typedef enum {
+    AGMM_EXT_GEMM_LIBRARY = 0, /* cuBLASLt (heuristic's first algorithm) on GPUs; the CPU GEMM */
+    AGMM_EXT_GEMM_ENGINE       /* agmm's GEMM engine (GPUs only) */
+} agmm_ext_gemm_kind;
+
+/* A plain C = A * B (rows x k times k x n in `layout`, bf16) on ctx's device, on operands that
+ * stay valid and unchanged in place until destroy (device memory on GPUs, host memory in the CPU
+ * world; 16-byte aligned). Local. AGMM_ERR_UNSUPPORTED for the engine in the CPU world; the
+ * detail goes to why (why_len bytes). */
+agmm_status agmm_ext_gemm_create(agmm_ext_gemm **g, agmm_ctx *ctx, agmm_ext_gemm_kind kind, int64_t rows, int64_t n,
+                                 int64_t k, agmm_layout layout, const void *a, const void *b, void *c, char *why,
+                                 size_t why_len);
+/* Enqueues one product on `stream` (blocking in the CPU world). */
+agmm_status agmm_ext_gemm_run(agmm_ext_gemm *g, void *stream);
+/* NULL-safe. */
+void agmm_ext_gemm_destroy(agmm_ext_gemm *g);
+
+/* The library's descriptor checks, for a world of `nranks` ranks, without a world: the backend
+ * name is checked against the table too. AGMM_ERR_INVALID_ARG with the reason (no file:line) in
+ * why. */
+agmm_status agmm_ext_check_ag_matmul(const agmm_ag_matmul_desc *desc, int nranks, char *why, size_t why_len);
+agmm_status agmm_ext_check_all_reduce(const agmm_all_reduce_desc *desc, char *why, size_t why_len);
+
+#endif

@@ -1,0 +1,69 @@
+/* The public view of the backend table: names, summaries, availability in a world. */
+#include <stdio.h>
+#include <string.h>
+
+#include "api.h"
+
+const char *agmm_backend_name(agmm_op op, int index)
+{
+    const agmm_backend *b = agmm_backend_at(op, index);
+    return b ? b->name : NULL;
+}
+
+const char *agmm_backend_summary(agmm_op op, const char *name)
+{
+    const agmm_backend *b = agmm_backend_find(op, name);
+    return b ? b->summary : NULL;
+}
+
+void agmm_backend_list(agmm_op op, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; agmm_backend_at(op, i) != NULL && used < len; i++) {
+        const char *sep = i == 0 ? "" : agmm_backend_at(op, i + 1) == NULL ? " or " : ", ";
+        used += (size_t)snprintf(buf + used, len - used, "%s%s", sep, agmm_backend_at(op, i)->name);
+    }
+}
+
+const agmm_backend_impl *agmm_backend_usable(const agmm_backend *b, const agmm_world *world, char *why,
+                                             size_t why_len)
+{
+    unsigned caps = agmm_world_caps(world);
+    const agmm_backend_impl *impl = agmm_backend_impl_for(b, caps);
+    if (impl == NULL) {
+        if (why)
+            snprintf(why, why_len, "skipped: %s/%s %s", agmm_op_name(b->op), b->name,
+                     !(caps & AGMM_CAP_GPU)                ? "runs on GPUs only, not in the CPU world"
+                     : (b->devices & AGMM_DEVICE_GPU) != 0 ? "runs on GPUs, but this agmm was built without CUDA"
+                                                           : "runs in the CPU world only");
+        return NULL;
+    }
+    unsigned missing = impl->needs & ~caps;
+    if (missing) {
+        if (why)
+            snprintf(why, why_len, "skipped: %s/%s needs %s, but %s", agmm_op_name(b->op), b->name,
+                     (missing & AGMM_CAP_NCCL) ? "NCCL" : "peer memory between the ranks",
+                     agmm_world_lacks(world, missing));
+        return NULL;
+    }
+    return impl;
+}
+
+int agmm_backend_available(const agmm_world *world, agmm_op op, const char *name, char *why, size_t why_len)
+{
+    if (why && why_len)
+        why[0] = '\0';
+    if (name == NULL || strcmp(name, "auto") == 0)
+        return 1;
+    const agmm_backend *b = agmm_backend_find(op, name);
+    if (b == NULL) {
+        if (why) {
+            char list[256];
+            agmm_backend_list(op, list, sizeof list);
+            snprintf(why, why_len, "unknown backend \"%s\" for %s: it takes auto, %s", name, agmm_op_name(op), list);
+        }
+        return 0;
+    }
+    return world == NULL || agmm_backend_usable(b, world, why, why_len) != NULL;
+}

@@ -1,0 +1,115 @@
+/* A public context is the world's rank plus its symmetric heap: the two layers below meet here,
+ * so neither needs to know the other. Also the thread-per-rank runner of one-process worlds. */
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "api.h"
+
+agmm_status agmm_ctx_create(agmm_ctx **out, agmm_world *world, int rank)
+{
+    if (out == NULL)
+        return AGMM_ERR_INVALID_ARG;
+    agmm_status st = agmm_rank_create(out, world, rank);
+    if (st != AGMM_SUCCESS)
+        return st;
+    st = agmm_symm_attach(*out);
+    if (st != AGMM_SUCCESS) {
+        agmm_log(agmm_ctx_info(*out)->log_level, AGMM_LOG_ERROR, rank, "context creation failed: %s",
+                 agmm_last_error(*out));
+        agmm_rank_destroy(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+void agmm_ctx_destroy(agmm_ctx *ctx)
+{
+    if (ctx == NULL)
+        return;
+    agmm_symm_detach(ctx);
+    agmm_rank_destroy(ctx);
+}
+
+/* What the rank threads of one agmm_world_run share: they call fn only once every rank has its
+ * context, so that no rank enters fn's collectives while a peer never will (its context failed,
+ * or its thread could not start). */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int expected;     /* threads that will report; lowered if a thread could not start */
+    int reported;
+    int failed;
+} run_gate;
+
+typedef struct {
+    agmm_world *world;
+    int rank;
+    agmm_rank_fn fn;
+    void *arg;
+    run_gate *gate;
+    agmm_status status;
+} rank_thread;
+
+/* Reports whether this rank has its context; returns 1 when every rank has one. */
+static int gate_pass(run_gate *g, int ok)
+{
+    pthread_mutex_lock(&g->mu);
+    g->reported++;
+    g->failed |= !ok;
+    pthread_cond_broadcast(&g->cv);
+    while (g->reported < g->expected)
+        pthread_cond_wait(&g->cv, &g->mu);
+    int all = !g->failed;
+    pthread_mutex_unlock(&g->mu);
+    return all;
+}
+
+static void *rank_main(void *p)
+{
+    rank_thread *t = p;
+    agmm_ctx *ctx = NULL;
+    t->status = agmm_ctx_create(&ctx, t->world, t->rank);
+    if (gate_pass(t->gate, t->status == AGMM_SUCCESS) && t->status == AGMM_SUCCESS)
+        t->status = t->fn(ctx, t->arg);
+    else if (t->status == AGMM_SUCCESS)
+        t->status = AGMM_ERR_INTERNAL; /* a peer has no context: fn would wait for it */
+    agmm_ctx_destroy(ctx);
+    return NULL;
+}
+
+agmm_status agmm_world_run(agmm_world *w, agmm_rank_fn fn, void *arg)
+{
+    if (w == NULL || fn == NULL)
+        return AGMM_ERR_INVALID_ARG;
+    rank_thread t[AGMM_MAX_RANKS];
+    pthread_t tid[AGMM_MAX_RANKS];
+    const int nlocal = agmm_world_local_ranks(w), first = agmm_world_first_rank(w);
+    run_gate gate = {.expected = nlocal};
+    pthread_mutex_init(&gate.mu, NULL);
+    pthread_cond_init(&gate.cv, NULL);
+    int started = 0;
+    for (int i = 0; i < nlocal; i++) {
+        t[i] = (rank_thread){w, first + i, fn, arg, &gate, AGMM_SUCCESS};
+        if (pthread_create(&tid[i], NULL, rank_main, &t[i]) != 0)
+            break;
+        started++;
+    }
+    if (started < nlocal) {
+        /* The started ranks' context creation times out waiting for the missing ones; the gate
+         * then keeps them out of fn. */
+        pthread_mutex_lock(&gate.mu);
+        gate.expected = started;
+        gate.failed = 1;
+        pthread_cond_broadcast(&gate.cv);
+        pthread_mutex_unlock(&gate.mu);
+    }
+    agmm_status st = started == nlocal ? AGMM_SUCCESS : AGMM_ERR_INTERNAL;
+    for (int i = 0; i < started; i++) {
+        pthread_join(tid[i], NULL);
+        if (st == AGMM_SUCCESS && t[i].status != AGMM_SUCCESS)
+            st = t[i].status;
+    }
+    pthread_cond_destroy(&gate.cv);
+    pthread_mutex_destroy(&gate.mu);
+    return st;
+}

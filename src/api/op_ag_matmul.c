@@ -1,0 +1,52 @@
+/* The ag_matmul operation as a type (api.h): descriptor, io, and their checks. */
+#include <string.h>
+
+#include "api.h"
+#include "../core/validate.h"
+
+static agmm_status check(const void *desc, int nranks, agmm_error *err)
+{
+    return agmm_check_ag_matmul(desc, nranks, err);
+}
+
+static const char *backend_of(const void *desc)
+{
+    return ((const agmm_ag_matmul_desc *)desc)->backend;
+}
+
+static size_t install(agmm_plan *plan, const void *desc)
+{
+    agmm_ag_matmul_desc *d = &plan->desc.mm;
+    *d = *(const agmm_ag_matmul_desc *)desc;
+    d->backend = NULL;
+    if (d->splits == 0)
+        d->splits = 1;
+    return (size_t)(d->m * d->k) * 2;
+}
+
+static agmm_status check_io(const agmm_plan *plan, const void *vio, agmm_error *err)
+{
+    const agmm_ag_matmul_io *io = vio;
+    if (io->b == NULL || io->a_gathered == NULL || io->c == NULL)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
+                         "ag_matmul needs io->b, io->a_gathered and io->c (b=%p a_gathered=%p c=%p)", io->b,
+                         io->a_gathered, io->c);
+    agmm_status st = agmm_check_reserved(io->reserved, sizeof io->reserved, "ag_matmul io", err);
+    if (st != AGMM_SUCCESS)
+        return st;
+    /* Every GPU GEMM (cuBLASLt's plans, the engine's TMA maps) is set up for 16-byte aligned
+     * operands. */
+    if ((agmm_ctx_info(plan->ctx)->caps & AGMM_CAP_GPU) &&
+        ((uintptr_t)io->b | (uintptr_t)io->a_gathered | (uintptr_t)io->c) % 16 != 0)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "io->b=%p, io->a_gathered=%p and io->c=%p must be 16-byte aligned",
+                         io->b, io->a_gathered, io->c);
+    return AGMM_SUCCESS;
+}
+
+const agmm_op_type agmm_op_ag_matmul = {
+    .op = AGMM_OP_AG_MATMUL,
+    .check = check,
+    .backend_of = backend_of,
+    .install = install,
+    .check_io = check_io,
+};

@@ -1,0 +1,51 @@
+/* The all_reduce operation as a type (api.h): descriptor, io, and their checks. */
+#include <string.h>
+
+#include "api.h"
+#include "../core/validate.h"
+
+static agmm_status check(const void *desc, int nranks, agmm_error *err)
+{
+    return agmm_check_all_reduce(desc, err);
+}
+
+static const char *backend_of(const void *desc)
+{
+    return ((const agmm_all_reduce_desc *)desc)->backend;
+}
+
+static size_t install(agmm_plan *plan, const void *desc)
+{
+    agmm_all_reduce_desc *d = &plan->desc.ar;
+    *d = *(const agmm_all_reduce_desc *)desc;
+    d->backend = NULL;
+    return (size_t)d->n * agmm_dtype_bytes(d->dtype);
+}
+
+static agmm_status check_io(const agmm_plan *plan, const void *vio, agmm_error *err)
+{
+    const agmm_all_reduce_io *io = vio;
+    if (io->out == NULL)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "all_reduce needs io->out (it may equal agmm_plan_input)");
+    agmm_status st = agmm_check_reserved(io->reserved, sizeof io->reserved, "all_reduce io", err);
+    if (st != AGMM_SUCCESS)
+        return st;
+    size_t esize = agmm_dtype_bytes(plan->desc.ar.dtype);
+    uintptr_t out = (uintptr_t)io->out, in = (uintptr_t)plan->input->local, bytes = (uintptr_t)plan->desc.ar.n * esize;
+    if (out % esize != 0)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "io->out=%p is not aligned to its %zu-byte elements", io->out,
+                         esize);
+    if (out != in && out < in + bytes && in < out + bytes)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
+                         "io->out=%p overlaps the plan's input %p without equalling it (in place needs out == input)",
+                         io->out, plan->input->local);
+    return AGMM_SUCCESS;
+}
+
+const agmm_op_type agmm_op_all_reduce = {
+    .op = AGMM_OP_ALL_REDUCE,
+    .check = check,
+    .backend_of = backend_of,
+    .install = install,
+    .check_io = check_io,
+};

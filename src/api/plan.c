@@ -1,0 +1,169 @@
+/* The public plan API for every operation: descriptor checks (the operation's type), the choice
+ * of a backend (by name, or `auto`), the symmetric input buffer, epochs, and the calls into the
+ * backend's implementation. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#ifdef AGMM_HAVE_CUDA
+#include "../world/rank_gpu.h"
+#endif
+
+const agmm_op_type *agmm_op_type_of(agmm_op op)
+{
+    switch (op) {
+    case AGMM_OP_AG_MATMUL: return &agmm_op_ag_matmul;
+    case AGMM_OP_ALL_REDUCE: return &agmm_op_all_reduce;
+    }
+    return NULL;
+}
+
+/* auto, without measuring: the usable backend with the smallest auto_order. Every rank resolves
+ * alike: the same world and the same table. */
+static const agmm_backend *auto_static(const agmm_ctx *ctx, agmm_op op)
+{
+    const agmm_backend *best = NULL;
+    for (int i = 0; agmm_backend_at(op, i) != NULL; i++) {
+        const agmm_backend *b = agmm_backend_at(op, i);
+        if (b->auto_order >= 0 && (best == NULL || b->auto_order < best->auto_order) &&
+            agmm_backend_usable(b, agmm_ctx_world(ctx), NULL, 0) != NULL)
+            best = b;
+    }
+    return best;
+}
+
+static agmm_status resolve(agmm_ctx *ctx, agmm_op op, const char *name, const agmm_backend **out)
+{
+    agmm_error *err = agmm_ctx_err(ctx);
+    if (name == NULL || strcmp(name, "auto") == 0) {
+        *out = auto_static(ctx, op);
+        if (*out == NULL)
+            return AGMM_FAIL(err, AGMM_ERR_UNSUPPORTED, "backend=auto: no backend of %s runs in this world",
+                             agmm_op_name(op));
+        return AGMM_SUCCESS;
+    }
+    const agmm_backend *b = agmm_backend_find(op, name);
+    if (b == NULL) {
+        char list[256];
+        agmm_backend_list(op, list, sizeof list);
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "backend=%s: %s takes auto, %s", name, agmm_op_name(op), list);
+    }
+    char why[AGMM_ERROR_LEN];
+    if (agmm_backend_usable(b, agmm_ctx_world(ctx), why, sizeof why) == NULL)
+        return AGMM_FAIL(err, AGMM_ERR_UNSUPPORTED, "%s", why);
+    *out = b;
+    return AGMM_SUCCESS;
+}
+
+static agmm_status plan_create(agmm_plan **out, agmm_ctx *ctx, agmm_op op, const void *desc)
+{
+    if (ctx == NULL)
+        return AGMM_ERR_INVALID_ARG;
+    agmm_error *err = agmm_ctx_err(ctx);
+    agmm_error_clear(err);
+    if (out == NULL) /* agmm.h: an INVALID_ARG names its argument in agmm_last_error */
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "plan is NULL");
+    *out = NULL;
+    if (desc == NULL)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "desc is NULL");
+    const agmm_op_type *type = agmm_op_type_of(op);
+    agmm_status st = type->check(desc, agmm_ctx_info(ctx)->nranks, err);
+    if (st != AGMM_SUCCESS)
+        return st;
+    const agmm_backend *b = NULL;
+    st = resolve(ctx, op, type->backend_of(desc), &b);
+    if (st != AGMM_SUCCESS)
+        return st;
+    agmm_plan *p = calloc(1, sizeof *p);
+    if (p == NULL)
+        return AGMM_FAIL(err, AGMM_ERR_NO_MEMORY, "plan allocation failed");
+    p->ctx = ctx;
+    p->op = op;
+    p->backend = b;
+    p->impl = agmm_backend_impl_for(b, agmm_ctx_info(ctx)->caps);
+    size_t input_bytes = type->install(p, desc);
+    st = agmm_symm_alloc(ctx, input_bytes, &p->input);
+    if (st == AGMM_SUCCESS)
+        st = p->impl->create(p);
+    if (st != AGMM_SUCCESS) {
+        agmm_plan_destroy(p);
+        return st;
+    }
+    *out = p;
+    return AGMM_SUCCESS;
+}
+
+agmm_status agmm_plan_ag_matmul(agmm_plan **out, agmm_ctx *ctx, const agmm_ag_matmul_desc *desc)
+{
+    return plan_create(out, ctx, AGMM_OP_AG_MATMUL, desc);
+}
+
+agmm_status agmm_plan_all_reduce(agmm_plan **out, agmm_ctx *ctx, const agmm_all_reduce_desc *desc)
+{
+    return plan_create(out, ctx, AGMM_OP_ALL_REDUCE, desc);
+}
+
+void agmm_plan_destroy(agmm_plan *p)
+{
+    if (p == NULL)
+        return;
+    p->impl->destroy(p);
+    agmm_symm_free(p->ctx, p->input);
+    free(p);
+}
+
+agmm_op agmm_plan_op(const agmm_plan *p) { return p ? p->op : AGMM_OP_AG_MATMUL; }
+const char *agmm_plan_backend(const agmm_plan *p) { return p ? p->backend->name : ""; }
+void *agmm_plan_input(agmm_plan *p) { return p && p->input ? p->input->local : NULL; }
+
+static agmm_status plan_run(agmm_plan *p, agmm_op op, const void *io, void *stream)
+{
+    if (p == NULL)
+        return AGMM_ERR_INVALID_ARG;
+    agmm_ctx *ctx = p->ctx;
+    agmm_error *err = agmm_ctx_err(ctx);
+    agmm_error_clear(err); /* agmm_last_error describes this call, not an older one */
+    if (p->op != op)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "plan is for %s: run it with agmm_%s, not agmm_%s",
+                         agmm_op_name(p->op), agmm_op_name(p->op), agmm_op_name(op));
+    if (io == NULL)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "io is NULL");
+    agmm_status st = agmm_op_type_of(op)->check_io(p, io, err);
+    if (st != AGMM_SUCCESS)
+        return st;
+    const agmm_error *oos = agmm_ctx_out_of_step(ctx);
+    if (oos->status != AGMM_SUCCESS)
+        return AGMM_FAIL(err, oos->status,
+                         "rank %d is out of step with its peers since an earlier run failed (%s): destroy its plans "
+                         "and context",
+                         agmm_ctx_info(ctx)->rank, oos->msg);
+#ifdef AGMM_HAVE_CUDA
+    if (agmm_ctx_gpu(ctx) != NULL) {
+        /* A wait that expired in an earlier run leaves the ranks out of step: report it, run nothing. */
+        st = agmm_gpu_check_dev_error(ctx);
+        if (st == AGMM_SUCCESS)
+            st = agmm_gpu_check_stream(ctx, (cudaStream_t)stream);
+        if (st != AGMM_SUCCESS)
+            return st;
+    }
+#endif
+    /* Every check that can refuse a call is above: from here on the ranks' epochs and barrier
+     * counts move together, and a failure leaves this rank out of step for good (a later barrier
+     * could otherwise pass on a peer's older arrival). */
+    p->epoch++;
+    st = p->impl->run(p, io, stream);
+    if (st != AGMM_SUCCESS)
+        *agmm_ctx_out_of_step(ctx) = *err;
+    return st;
+}
+
+agmm_status agmm_ag_matmul(agmm_plan *plan, const agmm_ag_matmul_io *io, void *stream)
+{
+    return plan_run(plan, AGMM_OP_AG_MATMUL, io, stream);
+}
+
+agmm_status agmm_all_reduce(agmm_plan *plan, const agmm_all_reduce_io *io, void *stream)
+{
+    return plan_run(plan, AGMM_OP_ALL_REDUCE, io, stream);
+}

@@ -1,0 +1,135 @@
+/* Host collectives of a world whose ranks are threads of one process: a mutex, a condition
+ * variable and a slot per rank. Every wait has the world's timeout as its deadline, on the
+ * monotonic clock (a wall-clock jump must not stretch or cut it). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "world_impl.h"
+
+#define SLOT_BYTES 256
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    unsigned generation;
+    int arrived;
+    unsigned char *slots;      /* nlocal slots of SLOT_BYTES */
+    uint32_t *tags;            /* nlocal: the tag of the host collective each rank is in */
+} threads_state;
+
+/* Waits until every local rank has arrived at this generation, up to the world's timeout.
+ * Called with s->mu held. */
+static agmm_status rendezvous_locked(agmm_ctx *ctx, threads_state *s)
+{
+    agmm_world *w = ctx->world;
+    unsigned gen = s->generation;
+    if (++s->arrived == w->nlocal) {
+        s->arrived = 0;
+        s->generation++;
+        pthread_cond_broadcast(&s->cv);
+        return AGMM_SUCCESS;
+    }
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    double whole = (double)(long)w->timeout_s;
+    deadline.tv_sec += (time_t)whole;
+    deadline.tv_nsec += (long)((w->timeout_s - whole) * 1e9);
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+    }
+    while (s->generation == gen) {
+        if (pthread_cond_timedwait(&s->cv, &s->mu, &deadline) == ETIMEDOUT && s->generation == gen) {
+            int missing = w->nlocal - s->arrived;
+            s->arrived--; /* leave the count as if we never came, so a late peer cannot complete it */
+            return AGMM_FAIL(&ctx->err, AGMM_ERR_TIMEOUT,
+                             "rank %d: host rendezvous timed out after %.1f s: %d of %d ranks never arrived",
+                             ctx->info.rank, w->timeout_s, missing, w->nlocal);
+        }
+    }
+    return AGMM_SUCCESS;
+}
+
+static agmm_status threads_barrier(agmm_ctx *ctx, uint32_t tag)
+{
+    threads_state *s = ctx->world->host_state;
+    pthread_mutex_lock(&s->mu);
+    s->tags[ctx->info.local_rank] = tag;
+    agmm_status st = rendezvous_locked(ctx, s);
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+/* Write my slot, meet, check that every rank is in this same call (tags), read all slots, meet
+ * again so that nobody overwrites a slot still being read. */
+static agmm_status threads_exchange(agmm_ctx *ctx, uint32_t tag, const void *mine, size_t bytes, void *all)
+{
+    agmm_world *w = ctx->world;
+    threads_state *s = w->host_state;
+    if (bytes > SLOT_BYTES)
+        return AGMM_FAIL(&ctx->err, AGMM_ERR_INTERNAL, "exchange of %zu bytes exceeds the %d-byte slot", bytes,
+                         SLOT_BYTES);
+    pthread_mutex_lock(&s->mu);
+    s->tags[ctx->info.local_rank] = tag;
+    memcpy(s->slots + (size_t)ctx->info.local_rank * SLOT_BYTES, mine, bytes);
+    agmm_status st = rendezvous_locked(ctx, s);
+    if (st == AGMM_SUCCESS) {
+        int odd = -1;
+        for (int r = 0; r < w->nlocal && odd < 0; r++)
+            if (s->tags[r] != tag)
+                odd = r;
+        if (odd >= 0)
+            AGMM_FAIL(&ctx->err, AGMM_ERR_INTERNAL,
+                      "rank %d: host exchange #%u met rank %d in its host %s #%u: the ranks are out of step "
+                      "(one skipped or repeated a collective call)",
+                      ctx->info.rank, tag >> 1, w->first_rank + odd, s->tags[odd] & 1 ? "exchange" : "barrier",
+                      s->tags[odd] >> 1);
+        else
+            for (int r = 0; r < w->nlocal; r++)
+                memcpy((unsigned char *)all + (size_t)(w->first_rank + r) * bytes, s->slots + (size_t)r * SLOT_BYTES,
+                       bytes);
+        /* Meet again either way, so that nobody overwrites a slot still being read and the
+         * peers' pairing is what it would have been. */
+        agmm_status st2 = rendezvous_locked(ctx, s);
+        st = odd >= 0 ? AGMM_ERR_INTERNAL : st2;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+static void threads_fini(agmm_world *w)
+{
+    threads_state *s = w->host_state;
+    if (s == NULL)
+        return;
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s->slots);
+    free(s->tags);
+    free(s);
+    w->host_state = NULL;
+}
+
+static const agmm_host_ops threads_ops = {threads_exchange, threads_barrier, threads_fini};
+
+agmm_status agmm_host_threads_init(agmm_world *w, agmm_error *err)
+{
+    threads_state *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return AGMM_FAIL(err, AGMM_ERR_NO_MEMORY, "world rendezvous allocation failed");
+    w->host = &threads_ops;
+    w->host_state = s;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    s->slots = calloc((size_t)w->nlocal, SLOT_BYTES);
+    s->tags = calloc((size_t)w->nlocal, sizeof *s->tags);
+    if (s->slots == NULL || s->tags == NULL)
+        return AGMM_FAIL(err, AGMM_ERR_NO_MEMORY, "world exchange buffer allocation failed");
+    return AGMM_SUCCESS;
+}

@@ -1,0 +1,69 @@
+/* A GPU rank's resources, as the layers above see them (internal; world_gpu.c fills them). Host
+ * C code may include this: only the CUDA runtime, cuBLASLt and NCCL C headers are needed
+ * (gpu_headers.h). The struct is read-only outside src/world. */
+#ifndef AGMM_WORLD_RANK_GPU_H
+#define AGMM_WORLD_RANK_GPU_H
+
+#include <stdint.h>
+
+#include "gpu_headers.h"
+#include "../kernels/dev_error.h"
+#include "world.h"
+
+/* Driver entry points, fetched once through cudaGetDriverEntryPoint so that the binary does not
+ * link libcuda (it must start on machines with no driver, where it runs the CPU world). */
+typedef int (*agmm_cu_stream_write_value32_fn)(cudaStream_t stream, uintptr_t addr, uint32_t value, unsigned flags);
+typedef int (*agmm_cu_stream_wait_value32_fn)(cudaStream_t stream, uintptr_t addr, uint32_t value, unsigned flags);
+
+typedef struct agmm_gpu_rank {
+    cudaStream_t copy_stream;          /* high priority, non-blocking: the copy-engine role */
+    cublasLtHandle_t lt;
+    ncclComm_t nccl_comm;              /* NULL where the world has no AGMM_CAP_NCCL */
+    agmm_dev_error *err_host;          /* mapped pinned memory written by kernels on timeout */
+    agmm_dev_error *err_dev;           /* its device alias, passed to kernels */
+    uint64_t timeout_ns;               /* bound of every device-side wait */
+    int num_sms;                       /* SMs of the device */
+    agmm_cu_stream_write_value32_fn write_value32;  /* NULL where the driver lacks them */
+    agmm_cu_stream_wait_value32_fn wait_value32;
+    cudaEvent_t last_run;              /* recorded by agmm_gpu_note_run on the caller's stream */
+    int last_run_recorded;
+} agmm_gpu_rank;
+
+/* The rank's GPU resources; NULL in the CPU world. */
+const agmm_gpu_rank *agmm_ctx_gpu(const agmm_ctx *ctx);
+
+/* Threading: a context's CUDA work is enqueued by the thread that created it (agmm_rank_create
+ * made the rank's device current on that thread). Another thread must cudaSetDevice first.
+ *
+ * Ranks sharing a device (emulated worlds): a device-synchronising call (cudaMalloc, cudaFree,
+ * cudaHostAlloc, cudaDeviceSynchronize, anything on the legacy stream) waits for every rank's
+ * work, and a copy from or to pageable host memory can hold up other threads' CUDA calls, so
+ * neither may be made while a peer's run may be waiting in a barrier for this rank: it would
+ * stall both until the barrier's timeout (seen on the H200). The library makes such calls only
+ * where the ranks have just met (plan create/destroy, symmetric alloc/free); callers allocate
+ * before planning, copy through pinned host memory, and use one non-blocking stream per rank. */
+
+/* Turns a recorded device timeout into AGMM_ERR_TIMEOUT in the rank's error record; AGMM_SUCCESS
+ * if none. The record is sticky: ranks are out of step after a missed wait, so every later run
+ * fails too. */
+agmm_status agmm_gpu_check_dev_error(agmm_ctx *ctx);
+
+/* Every backend's GPU run ends with this: records the point agmm_ctx_sync waits for where ranks
+ * share a device (a device-wide sync there would also wait for peers' barriers that wait for us). */
+agmm_status agmm_gpu_note_run(agmm_ctx *ctx, cudaStream_t stream);
+
+/* Rejects the legacy default stream where ranks share a device: it serialises their streams, so
+ * a barrier would wait for a peer queued behind it. Use one non-blocking stream per rank there. */
+agmm_status agmm_gpu_check_stream(agmm_ctx *ctx, cudaStream_t stream);
+
+/* Waits for every piece of work this rank has enqueued (its runs end with note_run), ignoring
+ * errors: what a rank does before it unmaps or frees memory that its own kernels and copies may
+ * still touch. All its waits are bounded, so this returns. Local. */
+void agmm_gpu_quiesce(agmm_ctx *ctx);
+
+/* The most blocks a kernel whose block b meets block b of every peer may launch on every rank: this
+ * rank's share of its device's SMs (SMs / ranks on the device), agreed as the minimum over the
+ * world. Collective (a host exchange). */
+agmm_status agmm_gpu_agreed_sm_share(agmm_ctx *ctx, int *out);
+
+#endif

@@ -1,0 +1,232 @@
+/* Worlds and rank contexts: creation for every kind, the world's public queries, the tagged front
+ * door of the host collectives, and the rank part of a context. GPU specifics are delegated to
+ * world_gpu.c, the host rendezvous to host_threads.c. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "world_impl.h"
+#include "../core/validate.h"
+
+#ifndef AGMM_HAVE_CUDA
+agmm_status agmm_world_gpu_create(agmm_world *world, const agmm_world_config *config, agmm_error *err)
+{
+    world->no_gpu_visible = 1;
+    return AGMM_FAIL(err, AGMM_ERR_UNSUPPORTED, "no GPU visible: this agmm was built without CUDA");
+}
+void agmm_world_gpu_destroy(agmm_world *world) {}
+agmm_status agmm_gpu_rank_create(agmm_ctx *ctx)
+{
+    return AGMM_FAIL(&ctx->err, AGMM_ERR_UNSUPPORTED, "this agmm was built without CUDA");
+}
+void agmm_gpu_rank_destroy(agmm_ctx *ctx) {}
+agmm_status agmm_gpu_rank_sync(agmm_ctx *ctx) { return AGMM_SUCCESS; }
+#endif
+
+static void copy_err(const agmm_error *err, char *buf, size_t len)
+{
+    if (buf && len)
+        snprintf(buf, len, "%s", err->msg);
+}
+
+static void make_cpu_world(agmm_world *w, int nranks, const char *why)
+{
+    w->kind = AGMM_WORLD_CPU;
+    w->nranks = w->nlocal = nranks ? nranks : 4;
+    for (int i = 0; i < w->nlocal; i++)
+        w->device_of[i] = -1;
+    w->caps = AGMM_CAP_PEER_MEMORY;
+    snprintf(w->lacks_nccl, sizeof w->lacks_nccl, "the CPU world has no NCCL");
+    snprintf(w->describe, sizeof w->describe, "device: CPU (%.*s); %d ranks as threads, host memory as symmetric memory",
+             (int)(sizeof w->describe - 100), why, w->nranks);
+}
+
+agmm_status agmm_world_create(agmm_world **out, const agmm_world_config *config, char *errbuf, size_t errbuf_len)
+{
+    agmm_error err = {0};
+    agmm_status st = AGMM_SUCCESS;
+    if (out == NULL) {
+        st = AGMM_FAIL(&err, AGMM_ERR_INVALID_ARG, "world is NULL");
+        copy_err(&err, errbuf, errbuf_len);
+        return st;
+    }
+    *out = NULL;
+    agmm_world_config cfg = {0};
+    if (config)
+        cfg = *config;
+    if (cfg.kind < AGMM_WORLD_AUTO || cfg.kind > AGMM_WORLD_EMULATED)
+        st = AGMM_FAIL(&err, AGMM_ERR_INVALID_ARG, "kind=%d: must be AGMM_WORLD_AUTO, _CPU, _GPU or _EMULATED",
+                       (int)cfg.kind);
+    else if (cfg.nranks < 0 || cfg.nranks > AGMM_MAX_RANKS)
+        st = AGMM_FAIL(&err, AGMM_ERR_INVALID_ARG, "nranks=%d: must be 0 (automatic) or 1..%d", cfg.nranks,
+                       AGMM_MAX_RANKS);
+    else if (!(cfg.timeout_s >= 0))
+        st = AGMM_FAIL(&err, AGMM_ERR_INVALID_ARG, "timeout_s=%g: must be >= 0 (0 means 5 s)", cfg.timeout_s);
+    else
+        st = agmm_check_reserved(cfg.reserved, sizeof cfg.reserved, "world config", &err);
+    if (st != AGMM_SUCCESS) {
+        copy_err(&err, errbuf, errbuf_len);
+        return st;
+    }
+    agmm_world *w = calloc(1, sizeof *w);
+    if (w == NULL) {
+        st = AGMM_FAIL(&err, AGMM_ERR_NO_MEMORY, "world allocation failed");
+        copy_err(&err, errbuf, errbuf_len);
+        return st;
+    }
+    w->timeout_s = cfg.timeout_s > 0 ? cfg.timeout_s : 5.0;
+    w->log_level = agmm_log_level_from_env();
+
+    if (cfg.kind == AGMM_WORLD_CPU) {
+        make_cpu_world(w, cfg.nranks, "no GPU used");
+    } else {
+        st = agmm_world_gpu_create(w, &cfg, &err);
+        /* AUTO takes the CPU only where no GPU is visible at all; a GPU that is there but cannot
+         * be used (a driver, NCCL or version problem) is the caller's to know about. */
+        if (st != AGMM_SUCCESS && cfg.kind == AGMM_WORLD_AUTO && w->no_gpu_visible) {
+            /* The banner gives the reason without the file:line prefix of the record. */
+            const char *why = strstr(err.msg, ": ");
+            char reason[AGMM_ERROR_LEN];
+            snprintf(reason, sizeof reason, "%s", why ? why + 2 : err.msg);
+            agmm_error_clear(&err);
+            st = AGMM_SUCCESS;
+            make_cpu_world(w, cfg.nranks, reason);
+        }
+    }
+    if (st == AGMM_SUCCESS)
+        st = agmm_host_threads_init(w, &err);
+    if (st != AGMM_SUCCESS) {
+        copy_err(&err, errbuf, errbuf_len);
+        agmm_world_destroy(w);
+        return st;
+    }
+    *out = w;
+    return AGMM_SUCCESS;
+}
+
+void agmm_world_destroy(agmm_world *w)
+{
+    if (w == NULL)
+        return;
+    if (w->gpu)
+        agmm_world_gpu_destroy(w);
+    if (w->host)
+        w->host->fini(w);
+    free(w);
+}
+
+agmm_status agmm_unique_id_create(agmm_world_kind kind, agmm_unique_id *id)
+{
+    return AGMM_ERR_UNSUPPORTED;
+}
+
+agmm_status agmm_world_join(agmm_world **out, const agmm_join_config *config, char *errbuf, size_t errbuf_len)
+{
+    agmm_error err = {0};
+    if (out)
+        *out = NULL;
+    agmm_status st = AGMM_FAIL(&err, AGMM_ERR_UNSUPPORTED, "process worlds are not built yet");
+    copy_err(&err, errbuf, errbuf_len);
+    return st;
+}
+
+agmm_world_kind agmm_world_kind_of(const agmm_world *w) { return w->kind; }
+int agmm_world_nranks(const agmm_world *w) { return w->nranks; }
+int agmm_world_local_ranks(const agmm_world *w) { return w->nlocal; }
+int agmm_world_first_rank(const agmm_world *w) { return w->first_rank; }
+const char *agmm_world_describe(const agmm_world *w) { return w ? w->describe : "(no world)"; }
+unsigned agmm_world_caps(const agmm_world *w) { return w->caps; }
+
+const char *agmm_world_lacks(const agmm_world *w, unsigned cap)
+{
+    if ((w->caps & cap) == cap)
+        return "";
+    if ((cap & AGMM_CAP_GPU) && !(w->caps & AGMM_CAP_GPU))
+        return "it runs on GPUs only";
+    if ((cap & AGMM_CAP_NCCL) && !(w->caps & AGMM_CAP_NCCL))
+        return w->lacks_nccl;
+    return w->lacks_peer;
+}
+
+/* Every host collective numbers itself (ctx->host_seq) with its kind in the low bit. Ranks that
+ * skipped or repeated one (an error path, a late rank after a timeout) would otherwise pair an
+ * exchange with some other call and hand back stale data: the implementation compares tags. */
+static uint32_t next_tag(agmm_ctx *ctx, int exchange)
+{
+    return (++ctx->host_seq << 1) | (uint32_t)exchange;
+}
+
+agmm_status agmm_host_barrier(agmm_ctx *ctx)
+{
+    return ctx->world->host->barrier(ctx, next_tag(ctx, 0));
+}
+
+agmm_status agmm_host_exchange(agmm_ctx *ctx, const void *mine, size_t bytes, void *all)
+{
+    return ctx->world->host->exchange(ctx, next_tag(ctx, 1), mine, bytes, all);
+}
+
+agmm_status agmm_rank_create(agmm_ctx **out, agmm_world *w, int rank)
+{
+    if (out == NULL || w == NULL)
+        return AGMM_ERR_INVALID_ARG;
+    *out = NULL;
+    if (rank < w->first_rank || rank >= w->first_rank + w->nlocal)
+        return AGMM_ERR_INVALID_ARG;
+    agmm_ctx *ctx = calloc(1, sizeof *ctx);
+    if (ctx == NULL)
+        return AGMM_ERR_NO_MEMORY;
+    ctx->world = w;
+    agmm_rank_info *ri = &ctx->info;
+    ri->kind = w->kind;
+    ri->rank = rank;
+    ri->nranks = w->nranks;
+    ri->local_rank = rank - w->first_rank;
+    ri->device = w->device_of[ri->local_rank];
+    ri->ranks_on_device = 0;
+    for (int i = 0; i < w->nlocal; i++)
+        ri->ranks_on_device += w->device_of[i] == ri->device;
+    ri->timeout_s = w->timeout_s;
+    ri->caps = w->caps;
+    ri->log_level = w->log_level;
+    agmm_status st = AGMM_SUCCESS;
+    if (w->kind != AGMM_WORLD_CPU)
+        st = agmm_gpu_rank_create(ctx);
+    if (st != AGMM_SUCCESS) {
+        agmm_log(w->log_level, AGMM_LOG_ERROR, rank, "context creation failed: %s", ctx->err.msg);
+        agmm_rank_destroy(ctx);
+        return st;
+    }
+    *out = ctx;
+    return AGMM_SUCCESS;
+}
+
+void agmm_rank_destroy(agmm_ctx *ctx)
+{
+    if (ctx == NULL)
+        return;
+    if (ctx->gpu)
+        agmm_gpu_rank_destroy(ctx);
+    free(ctx);
+}
+
+const agmm_rank_info *agmm_ctx_info(const agmm_ctx *ctx) { return &ctx->info; }
+const agmm_world *agmm_ctx_world(const agmm_ctx *ctx) { return ctx->world; }
+agmm_error *agmm_ctx_err(agmm_ctx *ctx) { return &ctx->err; }
+agmm_error *agmm_ctx_out_of_step(agmm_ctx *ctx) { return &ctx->out_of_step; }
+void *agmm_ctx_symm_state(const agmm_ctx *ctx) { return ctx->symm; }
+void agmm_ctx_set_symm_state(agmm_ctx *ctx, void *state) { ctx->symm = state; }
+
+int agmm_ctx_rank(const agmm_ctx *ctx) { return ctx ? ctx->info.rank : -1; }
+int agmm_ctx_device(const agmm_ctx *ctx) { return ctx ? ctx->info.device : -1; }
+const char *agmm_last_error(const agmm_ctx *ctx) { return ctx ? ctx->err.msg : "(no context)"; }
+
+agmm_status agmm_ctx_sync(agmm_ctx *ctx)
+{
+    if (ctx == NULL)
+        return AGMM_ERR_INVALID_ARG;
+    agmm_error_clear(&ctx->err);
+    if (ctx->gpu == NULL)
+        return AGMM_SUCCESS;
+    return agmm_gpu_rank_sync(ctx);
+}
