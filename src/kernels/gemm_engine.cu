@@ -1,9 +1,10 @@
 /* The GEMM engine (gemm_engine.h): a persistent, warp-specialised bf16 GEMM for sm_90a.
  *
  * Launch: grid = min(tiles, SM budget) persistent CTAs (even, in clusters of 2 for the /c2
- * configs); block = 384 threads = 3 warpgroups; dynamic smem = STAGES * (A tile 128x64 +
- * B tile BNx64) bf16 + 2*STAGES mbarriers + 8 consumer warps' epilogue staging (16 rows x
- * 144 B each) + 1 KB for alignment (211 KB in every config of the table). One CTA per SM.
+ * configs); block = 384 threads = 3 warpgroups; dynamic smem = smem_layout below: STAGES *
+ * (A tile 128x64 + B tile BNx64) bf16 + 2*STAGES mbarriers + 8 consumer warps' epilogue
+ * staging (16 rows x 144 B each) + 1 KB for alignment (211 KB in every config of the table).
+ * One CTA per SM.
  * CTA b takes tiles idx = b, b + grid, ... of core/schedule.h.
  *
  * Roles (one if/else on the warpgroup index, so setmaxnreg applies):
@@ -54,12 +55,27 @@
 #include <string.h>
 
 #include "core/schedule.h"
+#include "kernels/gemm_configs.h"
 
 #define GEMM_BM 128
 #define GEMM_BK 64
 #define GEMM_THREADS 384
 #define EP_ROW_BYTES 144                 /* 64 bf16 + 16 B of padding */
 #define EP_WARP_BYTES (16 * EP_ROW_BYTES) /* one consumer warp's 16 rows */
+
+/* One config's shared memory: byte offsets from the 1024-aligned base, and the dynamic size to
+ * ask for. The kernel carves with it and the host sizes with it. */
+template <int BM, int BN, int STAGES>
+struct smem_layout {
+    static constexpr uint32_t a_bytes = BM * GEMM_BK * 2; /* one slot of A */
+    static constexpr uint32_t b_bytes = BN * GEMM_BK * 2; /* one slot of B */
+    static constexpr uint32_t a_ring = 0;                 /* 128B-swizzled tiles: 1024-aligned */
+    static constexpr uint32_t b_ring = a_ring + STAGES * a_bytes;
+    static constexpr uint32_t bars = b_ring + STAGES * b_bytes; /* full[STAGES], then empty[STAGES] */
+    static constexpr uint32_t epilogue = (bars + 16 * STAGES + 127u) & ~127u; /* 8 warps' staging */
+    static constexpr uint32_t end = epilogue + 8 * EP_WARP_BYTES;
+    static constexpr size_t total = end + 1024; /* + what aligning the base may skip */
+};
 
 /* Everything a run needs, passed by value as one __grid_constant__ parameter: the tensor maps
  * must live in parameter (or constant/global) memory for TMA to read them. */
@@ -162,7 +178,7 @@ __device__ __forceinline__ tile_job job_of(const gemm_params &p, int64_t idx, in
 template <int BN, int STAGES, int B_MN, int CL>
 __device__ __forceinline__ void gemm_producer(const gemm_params &p, uint32_t sa, uint32_t sb, uint32_t bars)
 {
-    constexpr uint32_t A_BYTES = GEMM_BM * GEMM_BK * 2, B_BYTES = BN * GEMM_BK * 2;
+    constexpr uint32_t A_BYTES = smem_layout<GEMM_BM, BN, STAGES>::a_bytes, B_BYTES = smem_layout<GEMM_BM, BN, STAGES>::b_bytes;
     const int64_t ntiles = agmm_sched_num_tiles(&p.sched);
     const int crank = (int)(blockIdx.x & (CL - 1));
     int stage = 0, waits_off = 0;
@@ -219,7 +235,7 @@ template <int BN, int STAGES, int B_MN, int CL>
 __device__ __forceinline__ void gemm_consumer(const gemm_params &p, int cw, uint32_t sa, uint32_t sb, uint32_t bars,
                                               uint8_t *ep)
 {
-    constexpr uint32_t A_BYTES = GEMM_BM * GEMM_BK * 2, B_BYTES = BN * GEMM_BK * 2;
+    constexpr uint32_t A_BYTES = smem_layout<GEMM_BM, BN, STAGES>::a_bytes, B_BYTES = smem_layout<GEMM_BM, BN, STAGES>::b_bytes;
     const int64_t ntiles = agmm_sched_num_tiles(&p.sched);
     const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
     const uint32_t partner = (blockIdx.x & (CL - 1)) ^ 1;
@@ -315,13 +331,12 @@ __device__ __forceinline__ void gemm_consumer(const gemm_params &p, int cw, uint
 template <int BN, int STAGES, int B_MN, int CL>
 __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_ws_kernel(const __grid_constant__ gemm_params p)
 {
-    constexpr uint32_t A_BYTES = GEMM_BM * GEMM_BK * 2, B_BYTES = BN * GEMM_BK * 2;
+    using L = smem_layout<GEMM_BM, BN, STAGES>;
     extern __shared__ uint8_t smem_raw[];
     /* 128B-swizzled tiles must start on 1024-byte boundaries (swizzle phase 0). The offset is
      * the same in both CTAs of a cluster, which multicast relies on. */
-    const uint32_t sa = (smem_u32(smem_raw) + 1023u) & ~1023u;
-    const uint32_t sb = sa + STAGES * A_BYTES;
-    const uint32_t bars = sb + STAGES * B_BYTES; /* full[STAGES], then empty[STAGES] */
+    const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    const uint32_t sa = base + L::a_ring, sb = base + L::b_ring, bars = base + L::bars;
     const int wg = threadIdx.x / 128;
 
     if (threadIdx.x == 0) {
@@ -351,10 +366,9 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_ws_kernel(const __grid_c
             gemm_producer<BN, STAGES, B_MN, CL>(p, sa, sb, bars);
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 224;");
-        /* This warp's epilogue staging rows, after the barriers. */
-        const uint32_t ep_base = (bars + 16 * STAGES + 127u) & ~127u;
+        /* This warp's epilogue staging rows. */
         const int cwarp = (threadIdx.x - 128) / 32;
-        uint8_t *ep = smem_raw + (ep_base - smem_u32(smem_raw)) + cwarp * EP_WARP_BYTES;
+        uint8_t *ep = smem_raw + (base + L::epilogue - smem_u32(smem_raw)) + cwarp * EP_WARP_BYTES;
         gemm_consumer<BN, STAGES, B_MN, CL>(p, wg - 1, sa, sb, bars, ep);
     }
     /* No CTA leaves while its partner may still arrive on its barriers. */
@@ -366,26 +380,22 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_ws_kernel(const __grid_c
 
 /* ---- host side: policy, descriptors, launch ------------------------------------------------ */
 
-/* The policy table: tile configs, largest first. eff is the FLOP rate of a config relative to
- * 128x256 at full waves (smaller tiles move more operand bytes per FLOP through L2): 0.80 for
- * 128x128 was measured with bench/gemm_lab on an H200, 0.60 for 128x64 is an estimate. The
- * numbers only rank configs against each other. */
+/* The policy table, one row per entry of AGMM_GEMM_CONFIGS (gemm_configs.h, which documents the
+ * fields), with the config's shared-memory size and its kernel for each B layout. */
 typedef struct {
-    int bn, stages, cluster; /* cluster 2: pairs of CTAs on vertically adjacent tiles share B */
-    int pick;                /* 1: the policy may choose it; 0: only by index (lab, tests) */
+    int bn, stages, cluster;
+    int pick;
     double eff;
     const char *name;
+    size_t smem_bytes;
+    const void *kernel[2]; /* [0]: B column-major, [1]: B row-major */
 } tile_config;
 
-static const tile_config k_configs[] = {
-    {256, 4, 1, 1, 1.00, "128x256x64/s4"},
-    {128, 6, 1, 1, 0.80, "128x128x64/s6"},
-    {64, 8, 1, 1, 0.60, "128x64x64/s8"},
-    /* B multicast in CTA pairs: correct, but measured 1.3-1.5x slower than the same tile
-     * without it (docs/gemm_engine.md), so only the lab and tests select them for now. */
-    {256, 4, 2, 0, 1.00, "128x256x64/s4/c2"},
-    {128, 6, 2, 0, 0.80, "128x128x64/s6/c2"},
-};
+#define CONFIG_ROW(bn, st, cl, pick, eff, name)                                            \
+    {bn, st, cl, pick, eff, name, smem_layout<GEMM_BM, bn, st>::total,                     \
+     {(const void *)gemm_ws_kernel<bn, st, 0, cl>, (const void *)gemm_ws_kernel<bn, st, 1, cl>}},
+static const tile_config k_configs[] = {AGMM_GEMM_CONFIGS(CONFIG_ROW)};
+#undef CONFIG_ROW
 #define NUM_CONFIGS ((int)(sizeof k_configs / sizeof k_configs[0]))
 #define GROUP_M 8          /* row tiles per L2 group (even: cluster pairs share columns) */
 #define K_OVERHEAD 192     /* per-tile fixed cost (pipeline fill, epilogue) in units of K */
@@ -398,13 +408,6 @@ extern "C" int agmm_gemm_num_configs(void)
 extern "C" const char *agmm_gemm_config_name(int config)
 {
     return config >= 0 && config < NUM_CONFIGS ? k_configs[config].name : "?";
-}
-
-static size_t config_smem_bytes(int c)
-{
-    const tile_config *tc = &k_configs[c];
-    return (size_t)tc->stages * (GEMM_BM * GEMM_BK * 2 + tc->bn * GEMM_BK * 2) + 16 * tc->stages + 128 +
-           8 * EP_WARP_BYTES + 1024;
 }
 
 static void sched_fill(agmm_sched *s, const agmm_gemm_desc *d, int bn)
@@ -441,23 +444,6 @@ static int pick_config(const agmm_gemm_desc *d, int ctas)
         }
     }
     return best;
-}
-
-static const void *config_kernel(int c, int b_mn)
-{
-    switch (c * 2 + b_mn) {
-    case 0: return (const void *)gemm_ws_kernel<256, 4, 0, 1>;
-    case 1: return (const void *)gemm_ws_kernel<256, 4, 1, 1>;
-    case 2: return (const void *)gemm_ws_kernel<128, 6, 0, 1>;
-    case 3: return (const void *)gemm_ws_kernel<128, 6, 1, 1>;
-    case 4: return (const void *)gemm_ws_kernel<64, 8, 0, 1>;
-    case 5: return (const void *)gemm_ws_kernel<64, 8, 1, 1>;
-    case 6: return (const void *)gemm_ws_kernel<256, 4, 0, 2>;
-    case 7: return (const void *)gemm_ws_kernel<256, 4, 1, 2>;
-    case 8: return (const void *)gemm_ws_kernel<128, 6, 0, 2>;
-    case 9: return (const void *)gemm_ws_kernel<128, 6, 1, 2>;
-    }
-    return NULL;
 }
 
 struct agmm_gemm_plan {
@@ -639,8 +625,8 @@ extern "C" agmm_status agmm_gemm_plan_create(agmm_gemm_plan **out, const agmm_ge
         return AGMM_ERR_INVALID_ARG;
     }
     const int b_mn = d->b_layout == AGMM_LAYOUT_ROW_MAJOR;
-    pl->kernel = config_kernel(pl->config, b_mn);
-    pl->smem_bytes = config_smem_bytes(pl->config);
+    pl->kernel = tc->kernel[b_mn];
+    pl->smem_bytes = tc->smem_bytes;
     ce = cudaFuncSetAttribute(pl->kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl->smem_bytes);
     if (ce != cudaSuccess) {
         set_err(err, errlen, "gemm: cudaFuncSetAttribute(smem %zu): %s", pl->smem_bytes, cudaGetErrorString(ce));
