@@ -1,15 +1,27 @@
-/* The GEMM kernel lab: the engine (src/kernels/gemm_engine.h) and cuBLASLt side by side, on the
- * same inputs, in one run. Per shape: one untimed run of each on poisoned outputs, compared
- * (relative Frobenius error of ours against cuBLAS, NaN count), then warm-ups and timed calls
- * alternating between the two, each call timed with CUDA events after a 256 MB L2 flush
- * (cudaMemsetAsync), median reported.
+/* The GEMM kernel lab: the engine (src/kernels/gemm_engine.h) against the fastest cuBLASLt we can
+ * get, on the same inputs, in one run.
  *
- * Shapes: the seed's gathered GEMMs (W*M) x N x K with N = K = M, M in [--min, --max] step
- * --step, for each W in --w (default 1,2,4,8), then LLaMA-70B TP shapes (8192 rows:
- * (N, K) = (3584, 8192) and (8192, 3584)). Host code is C; the one kernel is the comparison.
+ * The yardstick: cuBLASLt's heuristic is asked for up to 16 algorithms (64 MiB workspace: at
+ * least PyTorch's on Hopper, whose cuBLAS workspace is 32 MiB on sm_90 and whose cuBLASLt
+ * workspace is at most that), each one is run and checked against the first, and each correct
+ * one is timed; "best" is the fastest of them, "top1" the heuristic's first choice.
  *
- *   gemm-lab [--w 1,2,4,8] [--min 256] [--max 4096] [--step 128] [--reps 20] [--warmup 3]
- *            [--layout col|row] [--config -1] [--no-flush] [--no-llama] [--csv file]
+ * Per shape: one untimed run of every variant on poisoned outputs (engine configs and cuBLASLt
+ * algorithms alike compared with cuBLASLt's first algorithm on the device: relative Frobenius
+ * error, NaN count), warm-ups, then --reps rounds in which every variant is timed once, each call
+ * alone between CUDA events after a 256 MB L2 flush (cudaMemsetAsync), medians reported.
+ *
+ * Shapes: by default the seed's gathered GEMMs (W*M) x N x K with N = K = M, M in [--min, --max]
+ * step --step, for each W in --w (default 1,2,4,8), then the model shapes (8192 gathered rows, TP8
+ * slices: LLaMA-70B (N,K) = (3584,8192), (8192,3584); LLaMA-8B (1792,4096), (4096,1792);
+ * Qwen-72B (3696,8192), (8192,3696)). Or --shapes-file F with lines "label W M N K" (rows =
+ * W*M; '#' starts a comment); --list-shapes prints the default list in that format.
+ * --configs -1,0,3 (or "all": the policy and every config) times several engine variants per
+ * shape against the one cuBLASLt measurement; CSV: one row per shape and engine variant.
+ *
+ *   gemm-lab [--w 1,2,4,8] [--min 256] [--max 4096] [--step 128] [--no-models] [--shapes-file F]
+ *            [--list-shapes] [--configs -1] [--algos 16] [--ws-mib 64] [--reps 20] [--warmup 3]
+ *            [--layout col|row] [--no-flush] [--csv file]
  */
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -79,10 +91,21 @@ __global__ void fill_kernel(__nv_bfloat16 *x, size_t n, uint64_t seed, uint16_t 
     }
 }
 
+#define MAX_ALGOS 16
+#define MAX_VARIANTS 48
+
 typedef struct {
-    int ws[8], nw;
-    int64_t min_m, max_m, step;
-    int reps, warmup, flush, llama, config;
+    char label[24];
+    int w;
+    int64_t m, n, k; /* rows = w * m */
+} shape;
+
+typedef struct {
+    shape *shapes;
+    int nshapes;
+    int configs[MAX_VARIANTS], nconfigs;
+    int algos, reps, warmup, flush, list;
+    size_t ws_bytes;
     agmm_layout layout;
     const char *csv;
 } options;
@@ -95,6 +118,7 @@ typedef struct {
     size_t flush_bytes;
     cudaEvent_t e0, e1;
     double *d_sums;
+    void *d_a, *d_b, *d_c, *d_ref;
 } lab;
 
 static int cmp_float(const void *a, const void *b)
@@ -103,14 +127,16 @@ static int cmp_float(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* cuBLASLt for row-major C = A B: in its column-major terms C^T (n x rows) = op(B) A^T. */
+/* cuBLASLt for row-major C = A B: in its column-major terms C^T (n x rows) = op(B) A^T. The
+ * heuristic's candidates, best first by its own estimate. */
 typedef struct {
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t lb, la, lc;
-    cublasLtMatmulAlgo_t algo;
-} lt_plan;
+    cublasLtMatmulHeuristicResult_t h[MAX_ALGOS];
+    int count;
+} lt_set;
 
-static void lt_plan_make(lab *L, lt_plan *P, int64_t rows, int64_t n, int64_t k, agmm_layout lay)
+static void lt_set_make(lab *L, lt_set *P, int64_t rows, int64_t n, int64_t k, agmm_layout lay, int want)
 {
     cublasOperation_t ta = lay == AGMM_LAYOUT_COL_MAJOR ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
     CHECK_LT(cublasLtMatmulDescCreate(&P->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -126,18 +152,17 @@ static void lt_plan_make(lab *L, lt_plan *P, int64_t rows, int64_t n, int64_t k,
     CHECK_LT(cublasLtMatmulPreferenceCreate(&pref));
     CHECK_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &L->ws_bytes,
                                                   sizeof L->ws_bytes));
-    cublasLtMatmulHeuristicResult_t h;
-    int found = 0;
-    CHECK_LT(cublasLtMatmulAlgoGetHeuristic(L->lt, P->op, P->lb, P->la, P->lc, P->lc, pref, 1, &h, &found));
-    if (!found) {
-        fprintf(stderr, "cuBLASLt found no algorithm\n");
+    P->count = 0;
+    CHECK_LT(cublasLtMatmulAlgoGetHeuristic(L->lt, P->op, P->lb, P->la, P->lc, P->lc, pref, want, P->h, &P->count));
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (P->count < 1) {
+        fprintf(stderr, "cuBLASLt found no algorithm for %lld x %lld x %lld\n", (long long)rows, (long long)n,
+                (long long)k);
         exit(1);
     }
-    P->algo = h.algo;
-    cublasLtMatmulPreferenceDestroy(pref);
 }
 
-static void lt_plan_free(lt_plan *P)
+static void lt_set_free(lt_set *P)
 {
     cublasLtMatrixLayoutDestroy(P->lb);
     cublasLtMatrixLayoutDestroy(P->la);
@@ -145,155 +170,419 @@ static void lt_plan_free(lt_plan *P)
     cublasLtMatmulDescDestroy(P->op);
 }
 
-static void lt_run(lab *L, lt_plan *P, const void *a, const void *b, void *c)
+static cublasStatus_t lt_run(lab *L, const lt_set *P, int i, void *c)
 {
     const float alpha = 1.0f, beta = 0.0f;
-    CHECK_LT(cublasLtMatmul(L->lt, P->op, &alpha, b, P->lb, a, P->la, &beta, c, P->lc, c, P->lc, &P->algo, L->ws,
-                            L->ws_bytes, 0));
+    return cublasLtMatmul(L->lt, P->op, &alpha, L->d_b, P->lb, L->d_a, P->la, &beta, c, P->lc, c, P->lc, &P->h[i].algo,
+                          L->ws, L->ws_bytes, 0);
 }
 
-/* One shape: returns ours/cuBLAS (median times). */
-static double run_shape(lab *L, const options *o, FILE *csv, const char *label, int W, int64_t m_rank, int64_t n,
-                        int64_t k, void *d_a, void *d_b, void *d_c, void *d_ref)
+/* "id=21:tile=..:sk=1:st=..:cl=..": which kernel family an algorithm is, for the CSV. */
+static void lt_algo_name(const lt_set *P, int i, char *out, size_t len)
 {
-    const int64_t rows = (int64_t)W * m_rank;
-    agmm_gemm_desc d;
-    memset(&d, 0, sizeof d);
-    d.a = d_a;
-    d.b = d_b;
-    d.c = d_c;
-    d.b_layout = o->layout;
-    d.m = rows;
-    d.n = n;
-    d.k = k;
-    d.nranks = 1;
-    d.splits = 1;
-    d.config = o->config;
-    char err[256];
-    agmm_gemm_plan *plan = NULL;
-    if (agmm_gemm_plan_create(&plan, &d, err, sizeof err) != AGMM_SUCCESS) {
-        fprintf(stderr, "plan %s: %s\n", label, err);
-        exit(1);
+    int v[5] = {0, 0, 0, 0, 0};
+    const cublasLtMatmulAlgoConfigAttributes_t attr[5] = {CUBLASLT_ALGO_CONFIG_ID, CUBLASLT_ALGO_CONFIG_TILE_ID,
+                                                          CUBLASLT_ALGO_CONFIG_SPLITK_NUM, CUBLASLT_ALGO_CONFIG_STAGES_ID,
+                                                          CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID};
+    for (int j = 0; j < 5; j++) {
+        size_t got = 0;
+        uint32_t x = 0;
+        if (cublasLtMatmulAlgoConfigGetAttribute(&P->h[i].algo, attr[j], &x, sizeof x, &got) == CUBLAS_STATUS_SUCCESS)
+            v[j] = (int)x;
     }
-    lt_plan P;
-    lt_plan_make(L, &P, rows, n, k, o->layout);
+    snprintf(out, len, "id=%d:tile=%d:sk=%d:st=%d:cl=%d", v[0], v[1], v[2], v[3], v[4]);
+}
 
-    /* Correctness: both outputs poisoned, one run each, compared on the device. */
-    const size_t c_elems = (size_t)(rows * n);
-    fill_kernel<<<1024, 256>>>((__nv_bfloat16 *)d_c, c_elems, 0, AGMM_POISON_BF16);
-    fill_kernel<<<1024, 256>>>((__nv_bfloat16 *)d_ref, c_elems, 0, AGMM_POISON_BF16);
-    if (agmm_gemm_run(plan, 0, 0) != AGMM_SUCCESS) {
-        fprintf(stderr, "run %s failed\n", label);
-        exit(1);
-    }
-    lt_run(L, &P, d_a, d_b, d_ref);
+/* Relative Frobenius error of x against y (rows*n elements); *nans: NaNs in x. */
+static double compare(lab *L, const void *x, const void *y, size_t elems, double *nans)
+{
     CHECK_CUDA(cudaMemset(L->d_sums, 0, 3 * sizeof(double)));
-    compare_kernel<<<1024, 256>>>((const __nv_bfloat16 *)d_c, (const __nv_bfloat16 *)d_ref, c_elems, L->d_sums);
+    compare_kernel<<<1024, 256>>>((const __nv_bfloat16 *)x, (const __nv_bfloat16 *)y, elems, L->d_sums);
     CHECK_CUDA(cudaGetLastError());
     double sums[3];
     CHECK_CUDA(cudaMemcpy(sums, L->d_sums, sizeof sums, cudaMemcpyDeviceToHost));
-    const double rel = sqrt(sums[0] / (sums[1] > 0 ? sums[1] : 1));
+    *nans = sums[2];
+    return sqrt(sums[0] / (sums[1] > 0 ? sums[1] : 1));
+}
 
-    /* Timing: alternate ours / cuBLAS so drift hits both alike. */
-    float *t_ours = (float *)malloc(o->reps * sizeof(float)), *t_lt = (float *)malloc(o->reps * sizeof(float));
-    for (int i = 0; i < o->warmup; i++) {
-        agmm_gemm_run(plan, 0, 0);
-        lt_run(L, &P, d_a, d_b, d_ref);
+static void poison(void *c, size_t elems)
+{
+    fill_kernel<<<1024, 256>>>((__nv_bfloat16 *)c, elems, 0, AGMM_POISON_BF16);
+    CHECK_CUDA(cudaGetLastError());
+}
+
+/* One timed variant of a shape: an engine config (plan != NULL) or cuBLASLt algorithm `algo`. */
+typedef struct {
+    agmm_gemm_plan *plan;
+    int config; /* as requested: -1 is the policy */
+    int algo;
+    int ok;
+    double rel, nans, us;
+    float *t;
+} variant;
+
+typedef struct {
+    char group[32];
+    int config;
+    double sum_log;
+    double worst;
+    int count, fails;
+} group_stat;
+
+static group_stat g_stats[256];
+static int g_nstats;
+
+static void stat_add(const shape *s, int config, double ratio)
+{
+    char group[32];
+    if (!strcmp(s->label, "seed"))
+        snprintf(group, sizeof group, "seed W=%d", s->w);
+    else
+        snprintf(group, sizeof group, "models");
+    group_stat *g = NULL;
+    for (int i = 0; i < g_nstats && !g; i++)
+        if (!strcmp(g_stats[i].group, group) && g_stats[i].config == config)
+            g = &g_stats[i];
+    if (!g) {
+        if (g_nstats == (int)(sizeof g_stats / sizeof g_stats[0]))
+            return;
+        g = &g_stats[g_nstats++];
+        memset(g, 0, sizeof *g);
+        snprintf(g->group, sizeof g->group, "%s", group);
+        g->config = config;
     }
-    for (int i = 0; i < o->reps; i++) {
-        for (int which = 0; which < 2; which++) {
-            if (o->flush)
-                CHECK_CUDA(cudaMemsetAsync(L->flush, i & 0xff, L->flush_bytes, 0));
-            CHECK_CUDA(cudaEventRecord(L->e0, 0));
-            if (which == 0)
-                agmm_gemm_run(plan, 0, 0);
-            else
-                lt_run(L, &P, d_a, d_b, d_ref);
-            CHECK_CUDA(cudaEventRecord(L->e1, 0));
-            CHECK_CUDA(cudaEventSynchronize(L->e1));
-            float ms;
-            CHECK_CUDA(cudaEventElapsedTime(&ms, L->e0, L->e1));
-            (which == 0 ? t_ours : t_lt)[i] = ms * 1000.0f;
+    if (ratio < 0) {
+        g->fails++;
+        return;
+    }
+    g->sum_log += log(ratio);
+    g->worst = ratio > g->worst ? ratio : g->worst;
+    g->count++;
+}
+
+static void time_variant(lab *L, const options *o, const lt_set *P, variant *v, int rep)
+{
+    if (o->flush)
+        CHECK_CUDA(cudaMemsetAsync(L->flush, rep & 0xff, L->flush_bytes, 0));
+    CHECK_CUDA(cudaEventRecord(L->e0, 0));
+    if (v->plan) {
+        if (agmm_gemm_run(v->plan, 0, 0) != AGMM_SUCCESS) {
+            fprintf(stderr, "engine run failed\n");
+            exit(1);
+        }
+    } else {
+        CHECK_LT(lt_run(L, P, v->algo, L->d_c));
+    }
+    CHECK_CUDA(cudaEventRecord(L->e1, 0));
+    CHECK_CUDA(cudaEventSynchronize(L->e1));
+    float ms;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, L->e0, L->e1));
+    v->t[rep] = ms * 1000.0f;
+}
+
+/* One shape: every engine variant and every cuBLASLt algorithm checked, then timed round-robin.
+ * Returns the number of engine variants that failed the check. */
+static int run_shape(lab *L, const options *o, FILE *csv, const shape *s)
+{
+    const int64_t rows = (int64_t)s->w * s->m, n = s->n, k = s->k;
+    const size_t c_elems = (size_t)(rows * n);
+    lt_set P;
+    lt_set_make(L, &P, rows, n, k, o->layout, o->algos);
+
+    variant v[MAX_VARIANTS + MAX_ALGOS];
+    int nv = 0, fails = 0;
+    memset(v, 0, sizeof v);
+    /* cuBLASLt's first algorithm is the reference for everything else. */
+    poison(L->d_ref, c_elems);
+    CHECK_LT(lt_run(L, &P, 0, L->d_ref));
+    for (int i = 0; i < o->nconfigs; i++) {
+        agmm_gemm_desc d;
+        memset(&d, 0, sizeof d);
+        d.a = L->d_a;
+        d.b = L->d_b;
+        d.c = L->d_c;
+        d.b_layout = o->layout;
+        d.m = rows;
+        d.n = n;
+        d.k = k;
+        d.nranks = 1;
+        d.splits = 1;
+        d.config = o->configs[i];
+        char err[256];
+        variant *x = &v[nv];
+        if (agmm_gemm_plan_create(&x->plan, &d, err, sizeof err) != AGMM_SUCCESS) {
+            fprintf(stderr, "plan %s %lldx%lldx%lld config %d: %s\n", s->label, (long long)rows, (long long)n,
+                    (long long)k, d.config, err);
+            fails++;
+            continue;
+        }
+        x->config = d.config;
+        poison(L->d_c, c_elems);
+        if (agmm_gemm_run(x->plan, 0, 0) != AGMM_SUCCESS) {
+            fprintf(stderr, "engine run failed\n");
+            exit(1);
+        }
+        x->rel = compare(L, L->d_c, L->d_ref, c_elems, &x->nans);
+        x->ok = x->nans == 0 && x->rel <= 1e-2;
+        nv++;
+    }
+    const int n_engine = nv;
+    for (int i = 0; i < P.count; i++) {
+        variant *x = &v[nv];
+        x->algo = i;
+        if (P.h[i].state != CUBLAS_STATUS_SUCCESS)
+            continue;
+        poison(L->d_c, c_elems);
+        if (lt_run(L, &P, i, L->d_c) != CUBLAS_STATUS_SUCCESS)
+            continue; /* an algorithm that refuses this call is not a candidate */
+        x->rel = i == 0 ? 0 : compare(L, L->d_c, L->d_ref, c_elems, &x->nans);
+        x->ok = x->nans == 0 && x->rel <= 1e-2;
+        nv++;
+    }
+    CHECK_CUDA(cudaDeviceSynchronize());
+
+    for (int i = 0; i < nv; i++) {
+        v[i].t = (float *)malloc(o->reps * sizeof(float));
+        for (int w = 0; w < o->warmup; w++)
+            time_variant(L, o, &P, &v[i], 0);
+    }
+    /* Round-robin over the variants, so clock and thermal drift hit them all alike. */
+    for (int r = 0; r < o->reps; r++)
+        for (int i = 0; i < nv; i++)
+            time_variant(L, o, &P, &v[i], r);
+    CHECK_CUDA(cudaGetLastError());
+    int best = -1, n_ok = 0;
+    for (int i = 0; i < nv; i++) {
+        qsort(v[i].t, o->reps, sizeof(float), cmp_float);
+        v[i].us = v[i].t[o->reps / 2];
+        if (i >= n_engine && v[i].ok) {
+            n_ok++;
+            if (best < 0 || v[i].us < v[best].us)
+                best = i;
         }
     }
-    CHECK_CUDA(cudaGetLastError());
-    qsort(t_ours, o->reps, sizeof(float), cmp_float);
-    qsort(t_lt, o->reps, sizeof(float), cmp_float);
-    const double us_ours = t_ours[o->reps / 2], us_lt = t_lt[o->reps / 2];
+    const variant *top1 = n_engine < nv && v[n_engine].algo == 0 ? &v[n_engine] : NULL;
+    if (best < 0 || !top1) {
+        fprintf(stderr, "no working cuBLASLt algorithm for %lldx%lldx%lld\n", (long long)rows, (long long)n,
+                (long long)k);
+        exit(1);
+    }
+    char best_name[96];
+    lt_algo_name(&P, v[best].algo, best_name, sizeof best_name);
     const double flop = 2.0 * rows * n * k;
-    const int ok = sums[2] == 0 && rel <= 1e-2;
-    printf("%-8s %2d %5lld %6lld %5lld %5lld  %-34s %9.1f %9.1f  %5.3f  %6.1f %6.1f  %.1e %s\n", label, W,
-           (long long)m_rank, (long long)rows, (long long)n, (long long)k, agmm_gemm_plan_describe(plan), us_ours, us_lt,
-           us_ours / us_lt, flop / us_ours * 1e-6, flop / us_lt * 1e-6, rel, ok ? "ok" : "FAIL");
+    for (int i = 0; i < n_engine; i++) {
+        const variant *x = &v[i];
+        const double ratio = x->us / v[best].us;
+        printf("%-8s %2d %5lld %6lld %5lld %5lld  %-38s %9.1f %9.1f %9.1f %2d  %6.3f %6.3f  %6.1f %6.1f  %.1e %s\n",
+               s->label, s->w, (long long)s->m, (long long)rows, (long long)n, (long long)k,
+               agmm_gemm_plan_describe(x->plan), x->us, top1->us, v[best].us, v[best].algo, ratio, x->us / top1->us,
+               flop / x->us * 1e-6, flop / v[best].us * 1e-6, x->rel, x->ok ? "ok" : "FAIL");
+        if (csv)
+            fprintf(csv, "%s,%d,%lld,%lld,%lld,%lld,%d,%s,%.2f,%.2f,%.2f,%d,%s,%d,%d,%.4f,%.4f,%.1f,%.1f,%.3e,%lld\n",
+                    s->label, s->w, (long long)s->m, (long long)rows, (long long)n, (long long)k, x->config,
+                    agmm_gemm_plan_describe(x->plan), x->us, top1->us, v[best].us, v[best].algo, best_name, n_ok,
+                    P.count, ratio, x->us / top1->us, flop / x->us * 1e-6, flop / v[best].us * 1e-6, x->rel,
+                    (long long)x->nans);
+        stat_add(s, x->config, x->ok ? ratio : -1.0);
+        fails += !x->ok;
+    }
+    for (int i = n_engine; i < nv; i++)
+        if (!v[i].ok)
+            printf("#   cuBLASLt algorithm %d disagrees with algorithm 0 (rel %.1e, %g NaN): not counted\n", v[i].algo,
+                   v[i].rel, v[i].nans);
     fflush(stdout);
     if (csv)
-        fprintf(csv, "%s,%d,%lld,%lld,%lld,%lld,%s,%.2f,%.2f,%.4f,%.1f,%.1f,%.3e,%lld\n", label, W, (long long)m_rank,
-                (long long)rows, (long long)n, (long long)k, agmm_gemm_plan_describe(plan), us_ours, us_lt,
-                us_ours / us_lt, flop / us_ours * 1e-6, flop / us_lt * 1e-6, rel, (long long)sums[2]);
-    free(t_ours);
-    free(t_lt);
-    lt_plan_free(&P);
-    agmm_gemm_plan_destroy(plan);
-    return ok ? us_ours / us_lt : -1.0;
+        fflush(csv);
+    for (int i = 0; i < nv; i++) {
+        free(v[i].t);
+        agmm_gemm_plan_destroy(v[i].plan);
+    }
+    lt_set_free(&P);
+    return fails;
+}
+
+/* ---- shapes and options --------------------------------------------------------------------- */
+
+static void add_shape(options *o, int *cap, const char *label, int w, int64_t m, int64_t n, int64_t k)
+{
+    if (o->nshapes == *cap) {
+        *cap = *cap ? 2 * *cap : 256;
+        o->shapes = (shape *)realloc(o->shapes, *cap * sizeof(shape));
+        if (!o->shapes) {
+            fprintf(stderr, "out of memory\n");
+            exit(1);
+        }
+    }
+    shape *s = &o->shapes[o->nshapes++];
+    snprintf(s->label, sizeof s->label, "%s", label);
+    s->w = w;
+    s->m = m;
+    s->n = n;
+    s->k = k;
+}
+
+/* The model shapes: 8192 gathered rows, the TP8 slices of each model's MLP. */
+static void add_model_shapes(options *o, int *cap)
+{
+    static const struct {
+        const char *label;
+        int64_t n, k;
+    } models[] = {
+        {"llama70b", 3584, 8192}, {"llama70b", 8192, 3584}, /* hidden 8192, intermediate 28672 / 8 */
+        {"llama8b", 1792, 4096},  {"llama8b", 4096, 1792},  /* hidden 4096, intermediate 14336 / 8 */
+        {"qwen72b", 3696, 8192},  {"qwen72b", 8192, 3696},  /* hidden 8192, intermediate 29568 / 8 */
+    };
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
+        add_shape(o, cap, models[i].label, 1, 8192, models[i].n, models[i].k);
+}
+
+static void read_shapes(options *o, int *cap, const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "cannot open %s\n", path);
+        exit(2);
+    }
+    char line[256];
+    int lineno = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        char *hash = strchr(line, '#');
+        if (hash)
+            *hash = 0;
+        for (char *c = line; *c; c++)
+            if (*c == ',')
+                *c = ' ';
+        char label[24];
+        int w;
+        long long m, n, k;
+        int got = sscanf(line, "%23s %d %lld %lld %lld", label, &w, &m, &n, &k);
+        if (got <= 0)
+            continue;
+        if (got != 5 || w < 1 || m < 1 || n < 1 || k < 8 || k % 8) {
+            fprintf(stderr, "%s:%d: want \"label W M N K\" (K a multiple of 8)\n", path, lineno);
+            exit(2);
+        }
+        add_shape(o, cap, label, w, m, n, k);
+    }
+    fclose(f);
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: gemm-lab [--w 1,2,4,8] [--min M] [--max M] [--step S] [--no-models] [--shapes-file F] "
+                    "[--list-shapes] [--configs -1,0,.. | all] [--algos N] [--ws-mib N] [--reps N] [--warmup N] "
+                    "[--layout col|row] [--no-flush] [--csv F]\n");
+    exit(2);
+}
+
+static int parse_list(const char *v, int *out, int max)
+{
+    int count = 0;
+    for (const char *s = v; *s && count < max;) {
+        char *end;
+        out[count++] = (int)strtol(s, &end, 10);
+        if (end == s)
+            usage();
+        s = *end == ',' ? end + 1 : end;
+    }
+    return count;
 }
 
 static void parse(int argc, char **argv, options *o)
 {
     memset(o, 0, sizeof *o);
-    o->ws[0] = 1, o->ws[1] = 2, o->ws[2] = 4, o->ws[3] = 8, o->nw = 4;
-    o->min_m = 256, o->max_m = 4096, o->step = 128;
-    o->reps = 20, o->warmup = 3, o->flush = 1, o->llama = 1, o->config = -1;
+    int ws[8] = {1, 2, 4, 8}, nw = 4, models = 1, cap = 0;
+    int64_t min_m = 256, max_m = 4096, step = 128;
+    const char *file = NULL;
+    o->configs[0] = -1, o->nconfigs = 1;
+    o->algos = MAX_ALGOS, o->reps = 20, o->warmup = 3, o->flush = 1;
+    o->ws_bytes = (size_t)64 << 20;
     o->layout = AGMM_LAYOUT_COL_MAJOR;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
-        if (!strcmp(a, "--w")) {
-            o->nw = 0;
-            for (const char *s = v; *s && o->nw < 8;) {
-                o->ws[o->nw++] = atoi(s);
-                while (*s && *s != ',')
-                    s++;
-                if (*s == ',')
-                    s++;
+        const int has_value = i + 1 < argc;
+        if (!strcmp(a, "--no-flush"))
+            o->flush = 0;
+        else if (!strcmp(a, "--no-models"))
+            models = 0;
+        else if (!strcmp(a, "--list-shapes"))
+            o->list = 1;
+        else if (!has_value)
+            usage();
+        else if (!strcmp(a, "--w"))
+            nw = parse_list(v, ws, 8), i++;
+        else if (!strcmp(a, "--min"))
+            min_m = atoll(v), i++;
+        else if (!strcmp(a, "--max"))
+            max_m = atoll(v), i++;
+        else if (!strcmp(a, "--step"))
+            step = atoll(v), i++;
+        else if (!strcmp(a, "--shapes-file"))
+            file = v, i++;
+        else if (!strcmp(a, "--configs")) {
+            if (!strcmp(v, "all")) {
+                o->nconfigs = 0;
+                for (int c = -1; c < agmm_gemm_num_configs() && o->nconfigs < MAX_VARIANTS; c++)
+                    o->configs[o->nconfigs++] = c;
+            } else {
+                o->nconfigs = parse_list(v, o->configs, MAX_VARIANTS);
             }
             i++;
-        } else if (!strcmp(a, "--min"))
-            o->min_m = atoll(v), i++;
-        else if (!strcmp(a, "--max"))
-            o->max_m = atoll(v), i++;
-        else if (!strcmp(a, "--step"))
-            o->step = atoll(v), i++;
+        } else if (!strcmp(a, "--algos"))
+            o->algos = atoi(v), i++;
+        else if (!strcmp(a, "--ws-mib"))
+            o->ws_bytes = (size_t)atoll(v) << 20, i++;
         else if (!strcmp(a, "--reps"))
             o->reps = atoi(v), i++;
         else if (!strcmp(a, "--warmup"))
             o->warmup = atoi(v), i++;
-        else if (!strcmp(a, "--config"))
-            o->config = atoi(v), i++;
         else if (!strcmp(a, "--layout"))
             o->layout = !strcmp(v, "row") ? AGMM_LAYOUT_ROW_MAJOR : AGMM_LAYOUT_COL_MAJOR, i++;
         else if (!strcmp(a, "--csv"))
             o->csv = v, i++;
-        else if (!strcmp(a, "--no-flush"))
-            o->flush = 0;
-        else if (!strcmp(a, "--no-llama"))
-            o->llama = 0;
-        else {
-            fprintf(stderr, "usage: gemm-lab [--w 1,2,4,8] [--min M] [--max M] [--step S] [--reps N] "
-                            "[--warmup N] [--layout col|row] [--config C] [--no-flush] [--no-llama] [--csv F]\n");
-            exit(2);
-        }
+        else
+            usage();
     }
     if (o->reps < 1)
         o->reps = 1;
+    if (o->algos < 1 || o->algos > MAX_ALGOS)
+        o->algos = MAX_ALGOS;
+    for (int i = 0; i < o->nconfigs; i++)
+        if (o->configs[i] < -1 || o->configs[i] >= agmm_gemm_num_configs()) {
+            fprintf(stderr, "config %d out of range (-1 .. %d)\n", o->configs[i], agmm_gemm_num_configs() - 1);
+            exit(2);
+        }
+    if (file) {
+        read_shapes(o, &cap, file);
+    } else {
+        for (int i = 0; i < nw; i++)
+            for (int64_t m = min_m; m <= max_m && step > 0; m += step)
+                add_shape(o, &cap, "seed", ws[i], m, m, m);
+        if (models)
+            add_model_shapes(o, &cap);
+    }
+    if (o->nshapes == 0) {
+        fprintf(stderr, "no shapes\n");
+        exit(2);
+    }
 }
 
 int main(int argc, char **argv)
 {
     options o;
     parse(argc, argv, &o);
+    if (o.list) {
+        printf("# label W M N K   (gathered rows = W*M)\n");
+        for (int i = 0; i < o.nshapes; i++)
+            printf("%s %d %lld %lld %lld\n", o.shapes[i].label, o.shapes[i].w, (long long)o.shapes[i].m,
+                   (long long)o.shapes[i].n, (long long)o.shapes[i].k);
+        return 0;
+    }
     lab L;
     memset(&L, 0, sizeof L);
     CHECK_LT(cublasLtCreate(&L.lt));
-    L.ws_bytes = 32u << 20;
+    L.ws_bytes = o.ws_bytes;
     L.flush_bytes = 256u << 20;
     CHECK_CUDA(cudaMalloc(&L.ws, L.ws_bytes));
     CHECK_CUDA(cudaMalloc(&L.flush, L.flush_bytes));
@@ -301,23 +590,20 @@ int main(int argc, char **argv)
     CHECK_CUDA(cudaEventCreate(&L.e0));
     CHECK_CUDA(cudaEventCreate(&L.e1));
 
-    int max_w = 1;
-    for (int i = 0; i < o.nw; i++)
-        max_w = o.ws[i] > max_w ? o.ws[i] : max_w;
-    int64_t max_rows = max_w * o.max_m, max_nk = o.max_m;
-    if (o.llama) {
-        max_rows = max_rows > 8192 ? max_rows : 8192;
-        max_nk = max_nk > 8192 ? max_nk : 8192;
+    size_t a_elems = 0, b_elems = 0, c_elems = 0;
+    for (int i = 0; i < o.nshapes; i++) {
+        const shape *s = &o.shapes[i];
+        const size_t rows = (size_t)s->w * (size_t)s->m;
+        a_elems = rows * s->k > a_elems ? rows * s->k : a_elems;
+        b_elems = (size_t)(s->k * s->n) > b_elems ? (size_t)(s->k * s->n) : b_elems;
+        c_elems = rows * s->n > c_elems ? rows * s->n : c_elems;
     }
-    const size_t a_elems = (size_t)(max_rows * max_nk), b_elems = (size_t)(max_nk * max_nk);
-    const size_t c_elems = (size_t)(max_rows * max_nk);
-    void *d_a, *d_b, *d_c, *d_ref;
-    CHECK_CUDA(cudaMalloc(&d_a, a_elems * 2));
-    CHECK_CUDA(cudaMalloc(&d_b, b_elems * 2));
-    CHECK_CUDA(cudaMalloc(&d_c, c_elems * 2));
-    CHECK_CUDA(cudaMalloc(&d_ref, c_elems * 2));
-    fill_kernel<<<4096, 256>>>((__nv_bfloat16 *)d_a, a_elems, 0x1234, 0);
-    fill_kernel<<<4096, 256>>>((__nv_bfloat16 *)d_b, b_elems, 0x9876, 0);
+    CHECK_CUDA(cudaMalloc(&L.d_a, a_elems * 2));
+    CHECK_CUDA(cudaMalloc(&L.d_b, b_elems * 2));
+    CHECK_CUDA(cudaMalloc(&L.d_c, c_elems * 2));
+    CHECK_CUDA(cudaMalloc(&L.d_ref, c_elems * 2));
+    fill_kernel<<<4096, 256>>>((__nv_bfloat16 *)L.d_a, a_elems, 0x1234, 0);
+    fill_kernel<<<4096, 256>>>((__nv_bfloat16 *)L.d_b, b_elems, 0x9876, 0);
     CHECK_CUDA(cudaDeviceSynchronize());
 
     cudaDeviceProp prop;
@@ -325,44 +611,34 @@ int main(int argc, char **argv)
     int ver = 0;
     cudaRuntimeGetVersion(&ver);
     printf("# gemm-lab on %s (%d SMs), CUDA runtime %d, cuBLASLt %zu; B %s-major; %s; median of %d after %d "
-           "warm-ups\n",
+           "warm-ups; cuBLASLt: up to %d heuristic algorithms, %zu MiB workspace\n",
            prop.name, prop.multiProcessorCount, ver, cublasLtGetVersion(),
            o.layout == AGMM_LAYOUT_COL_MAJOR ? "column" : "row", o.flush ? "L2 flushed (256 MB) before each call" : "no flush",
-           o.reps, o.warmup);
-    printf("%-8s %2s %5s %6s %5s %5s  %-34s %9s %9s  %5s  %6s %6s  %7s\n", "shape", "W", "M", "rows", "N", "K",
-           "ours (config)", "ours_us", "cublas_us", "ratio", "TF_us", "TF_cub", "rel_err");
+           o.reps, o.warmup, o.algos, o.ws_bytes >> 20);
+    printf("%-8s %2s %5s %6s %5s %5s  %-38s %9s %9s %9s %2s  %6s %6s  %6s %6s  %7s\n", "shape", "W", "M", "rows", "N",
+           "K", "engine (config)", "eng_us", "lt1_us", "best_us", "#", "/best", "/lt1", "TF_eng", "TF_bst", "rel_err");
     FILE *csv = o.csv ? fopen(o.csv, "w") : NULL;
+    if (o.csv && !csv) {
+        fprintf(stderr, "cannot write %s\n", o.csv);
+        return 2;
+    }
     if (csv)
-        fprintf(csv, "shape,W,M,rows,N,K,config,ours_us,cublas_us,ratio,ours_tflops,cublas_tflops,rel_err,nans\n");
+        fprintf(csv, "shape,W,M,rows,N,K,config_req,config,engine_us,lt_top1_us,lt_best_us,lt_best_algo,"
+                     "lt_best_name,lt_algos_ok,lt_algos,engine_over_best,engine_over_top1,engine_tflops,best_tflops,"
+                     "rel_err,nans\n");
 
     int fails = 0;
-    for (int wi = 0; wi < o.nw; wi++) {
-        double worst = 0, sum_log = 0, worst_big = 0;
-        int count = 0;
-        for (int64_t m = o.min_m; m <= o.max_m; m += o.step) {
-            double r = run_shape(&L, &o, csv, "seed", o.ws[wi], m, m, m, d_a, d_b, d_c, d_ref);
-            if (r < 0) {
-                fails++;
-                continue;
-            }
-            worst = r > worst ? r : worst;
-            if ((int64_t)o.ws[wi] * m >= 8192)
-                worst_big = r > worst_big ? r : worst_big;
-            sum_log += log(r);
-            count++;
-        }
-        if (count)
-            printf("# W=%d: geomean ours/cuBLAS %.3f, worst %.3f, worst at >= 8192 rows %.3f\n", o.ws[wi],
-                   exp(sum_log / count), worst, worst_big);
-    }
-    if (o.llama) {
-        if (run_shape(&L, &o, csv, "llama70b", 1, 8192, 3584, 8192, d_a, d_b, d_c, d_ref) < 0)
-            fails++;
-        if (run_shape(&L, &o, csv, "llama70b", 1, 8192, 8192, 3584, d_a, d_b, d_c, d_ref) < 0)
-            fails++;
+    for (int i = 0; i < o.nshapes; i++)
+        fails += run_shape(&L, &o, csv, &o.shapes[i]);
+    for (int i = 0; i < g_nstats; i++) {
+        const group_stat *g = &g_stats[i];
+        printf("# %-10s config %2d: %3d shapes, geomean engine/cuBLASLt-best %.3f, worst %.3f%s\n", g->group, g->config,
+               g->count, g->count ? exp(g->sum_log / g->count) : 0.0, g->worst, g->fails ? ", SOME FAILED" : "");
     }
     if (csv)
         fclose(csv);
-    printf("# %s\n", fails ? "SOME SHAPES FAILED the correctness check" : "all shapes match cuBLAS (rel <= 1e-2, no NaN)");
+    printf("# %s\n", fails ? "SOME ENGINE VARIANTS FAILED the correctness check"
+                           : "every engine variant matches cuBLASLt (rel <= 1e-2, no NaN)");
+    free(o.shapes);
     return fails ? 1 : 0;
 }

@@ -1,5 +1,5 @@
 # The GEMM kernel lab (bench/gemm_lab.cu): the engine against cuBLASLt, per shape.
-#   make gemm-lab && $(BUILD)/gemm-lab --w 8
+#   make gemm-lab && $(BUILD)/gemm-lab --w 8 --no-models --configs all   (gemm-lab --help: the options)
 # Included from the Makefile; uses its $(BUILD), $(NVCC), $(NVFLAGS), $(LDLIBS) and %.cu rule.
 ifeq ($(CUDA),1)
 .PHONY: gemm-lab

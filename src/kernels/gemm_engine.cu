@@ -1,24 +1,32 @@
 /* The GEMM engine (gemm_engine.h): a persistent, warp-specialised bf16 GEMM for sm_90a.
  *
- * Launch: grid = min(tiles, SM budget) persistent CTAs (even, in clusters of 2 for the /c2
- * configs); block = 384 threads = 3 warpgroups; dynamic smem = STAGES * (A tile 128x64 +
- * B tile BNx64) bf16 + 2*STAGES mbarriers + 8 consumer warps' epilogue staging (16 rows x
- * 144 B each) + 1 KB for alignment (211 KB in every config of the table). One CTA per SM.
- * CTA b takes tiles idx = b, b + grid, ... of core/schedule.h.
+ * Launch: grid = min(units, SM budget) persistent CTAs (even, in clusters of 2 for the /c2
+ * configs); block = 384 threads = 3 warpgroups; dynamic smem = smem_layout below: STAGES *
+ * (A tile BMx64 + B tile BNx64) bf16 + 2*STAGES mbarriers + 8 consumer warps' epilogue
+ * staging (16 rows x 144 B each) + 1 KB for alignment (192-224 KB in the configs of
+ * gemm_configs.h). One CTA per SM. CTA b takes units u = b, b + grid, ...: a unit is tile u of
+ * core/schedule.h, except in split-tail configs (below).
  *
  * Roles (one if/else on the warpgroup index, so setmaxnreg applies):
- *   warpgroup 0, "producer" (56 registers): thread 0 walks the CTA's tiles and, per 64-wide K
- *     block, waits for a free slot and issues the TMA loads of A (128 x 64) and B (BN x 64)
- *     into it. Before a tile's first load it does the fused-path wait (below). The other
+ *   warpgroup 0, "producer" (56 registers): thread 0 walks the CTA's units and, per 64-wide K
+ *     block, waits for a free slot and issues the TMA loads of A (BM x 64) and B (BN x 64)
+ *     into it. Before a unit's first load it does the fused-path wait (below). The other
  *     threads idle to the end (a cluster barrier counts them).
- *   warpgroups 1 and 2, "consumers" (224 registers): consumer w computes rows [64w, 64w+64) of
- *     the 128 x BN tile with wgmma m64nBNk16 (fp32 accumulators in registers), then stores its
- *     rows to C through its warps' staging rows (line-wide stores), clipped to the tile's
- *     rows/cols (a short tile's next rows belong to another chunk, whose tile may run at the
- *     same time).
+ *   warpgroups 1 and 2, "consumers" (224 registers): consumer w computes its part of the
+ *     BM x BN tile, rows [w*BM/2, (w+1)*BM/2) (wgn 1) or columns [w*BN/2, (w+1)*BN/2) (wgn 2),
+ *     as 64-row blocks of wgmma m64nNk16 (fp32 accumulators in registers), then stores it to C
+ *     through its warps' staging rows (line-wide stores), clipped to the tile's rows/cols (a
+ *     short tile's next rows belong to another chunk, whose tile may run at the same time).
  *   Clusters of 2 (/c2): CTA rank r = idx & 1; the pair's tiles idx, idx ^ 1 are vertically
  *     adjacent in the grouped order, and when their columns match they share B: each CTA loads
  *     half of the B tile and multicasts it to both, so B's L2 traffic halves.
+ *   Split tail (/sk): the host (plan_split_tail) picks the last tiles whose whole-tile rounds
+ *     leave SMs idle and cuts each into sk_split K ranges; each range is a unit of its own, on
+ *     another SM. Every piece's consumer warps write fp32 partials to a workspace and count
+ *     themselves in on a per-(tile, warp) counter; the warp whose count is last sums the pieces
+ *     in piece order (deterministic) and stores the rows (sk_fixup: the fences and who resets
+ *     the counter). No piece ever waits for another, so no CTA depends on another being
+ *     resident. A plan's runs share the workspace: they must not overlap (one stream).
  *
  * Shared memory ring: STAGES slots, each with two mbarriers.
  *   full[s]  count 1. Writer: the producer's arrive.expect_tx (A + whole B bytes) plus TMA's
@@ -48,18 +56,33 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/schedule.h"
+#include "kernels/gemm_configs.h"
 
-#define GEMM_BM 128
 #define GEMM_BK 64
 #define GEMM_THREADS 384
 #define EP_ROW_BYTES 144                 /* 64 bf16 + 16 B of padding */
 #define EP_WARP_BYTES (16 * EP_ROW_BYTES) /* one consumer warp's 16 rows */
+
+/* One config's shared memory: byte offsets from the 1024-aligned base, and the dynamic size to
+ * ask for. The kernel carves with it and the host sizes with it. */
+template <int BM, int BN, int STAGES>
+struct smem_layout {
+    static constexpr uint32_t a_bytes = BM * GEMM_BK * 2; /* one slot of A */
+    static constexpr uint32_t b_bytes = BN * GEMM_BK * 2; /* one slot of B */
+    static constexpr uint32_t a_ring = 0;                 /* 128B-swizzled tiles: 1024-aligned */
+    static constexpr uint32_t b_ring = a_ring + STAGES * a_bytes;
+    static constexpr uint32_t bars = b_ring + STAGES * b_bytes; /* full[STAGES], then empty[STAGES] */
+    static constexpr uint32_t epilogue = (bars + 16 * STAGES + 127u) & ~127u; /* 8 warps' staging */
+    static constexpr uint32_t end = epilogue + 8 * EP_WARP_BYTES;
+    static constexpr size_t total = end + 1024; /* + what aligning the base may skip */
+};
 
 /* Everything a run needs, passed by value as one __grid_constant__ parameter: the tensor maps
  * must live in parameter (or constant/global) memory for TMA to read them. */
@@ -77,6 +100,12 @@ struct gemm_params {
     agmm_dev_error *err;
     uint64_t timeout_ns;
     uint32_t epoch;
+    /* Split-tail (SK) configs only: tiles from sk_first on are cut into sk_split K pieces, reduced
+     * through sk_ws (fp32 partials) and sk_ctr (arrival counters, zero between runs). */
+    int64_t sk_first;
+    int sk_split;
+    float *sk_ws;
+    uint32_t *sk_ctr;
 };
 
 #include "kernels/hopper_ptx.cuh"
@@ -124,13 +153,44 @@ __device__ __noinline__ int wait_chunk(const gemm_params &p, int chunk, int src_
     return 0;
 }
 
-/* What the consumers need of a tile, and whether it shares its B tile with the partner CTA of
- * its cluster (cluster of 2: CTA rank r = idx & 1 takes tile idx, its partner idx ^ 1; they
+/* A unit of work: a whole tile, or with split-tail (SK) configs one of the K pieces of a tile of
+ * the last waves. Units [0, sk_first) are the tiles of the same index; unit sk_first + v is piece
+ * v % sk_split of tile sk_first + v / sk_split, K blocks [piece*KB/split, (piece+1)*KB/split). */
+struct unit_job {
+    int64_t idx; /* the tile */
+    int kb0, kb1;
+    int piece, sk; /* sk: index among the split tiles, -1 for a whole tile */
+};
+
+template <int SK>
+__device__ __forceinline__ int64_t num_units(const gemm_params &p, int64_t ntiles)
+{
+    return SK ? p.sk_first + (ntiles - p.sk_first) * p.sk_split : ntiles;
+}
+
+template <int SK>
+__device__ __forceinline__ unit_job unit_of(const gemm_params &p, int64_t u)
+{
+    unit_job j = {u, 0, p.k_blocks, 0, -1};
+    if (SK && u >= p.sk_first) {
+        const int64_t v = u - p.sk_first;
+        j.sk = (int)(v / p.sk_split);
+        j.piece = (int)(v - (int64_t)j.sk * p.sk_split);
+        j.idx = p.sk_first + j.sk;
+        j.kb0 = j.piece * p.k_blocks / p.sk_split;
+        j.kb1 = (j.piece + 1) * p.k_blocks / p.sk_split;
+    }
+    return j;
+}
+
+/* What the consumers need of a unit, and whether its tile shares its B tile with the partner CTA
+ * of its cluster (cluster of 2: CTA rank r = idx & 1 takes tile idx, its partner idx ^ 1; they
  * share B when both exist and have the same columns, i.e. vertically adjacent tiles). */
 struct tile_job {
     int64_t row0;
     int col0, rows, cols;
     int share;
+    int kb0, kb1, piece, sk;
 };
 
 template <int CL>
@@ -143,34 +203,40 @@ __device__ __forceinline__ int tiles_share_b(const gemm_params &p, int64_t idx, 
     return o.col0 == t.col0;
 }
 
-template <int CL>
-__device__ __forceinline__ tile_job job_of(const gemm_params &p, int64_t idx, int64_t ntiles)
+template <int CL, int SK>
+__device__ __forceinline__ tile_job job_of(const gemm_params &p, int64_t u, int64_t nunits, int64_t ntiles)
 {
-    tile_job j = {0, 0, 0, 0, 0};
-    if (idx < ntiles) {
+    tile_job j = {0, 0, 0, 0, 0, 0, 0, 0, -1};
+    if (u < nunits) {
+        const unit_job uj = unit_of<SK>(p, u);
         agmm_tile t;
-        agmm_sched_tile(&p.sched, idx, &t);
+        agmm_sched_tile(&p.sched, uj.idx, &t);
         j.row0 = t.row0;
         j.col0 = (int)t.col0;
         j.rows = t.rows;
         j.cols = t.cols;
-        j.share = tiles_share_b<CL>(p, idx, ntiles, t);
+        j.share = tiles_share_b<CL>(p, uj.idx, ntiles, t);
+        j.kb0 = uj.kb0;
+        j.kb1 = uj.kb1;
+        j.piece = uj.piece;
+        j.sk = uj.sk;
     }
     return j;
 }
 
-template <int BN, int STAGES, int B_MN, int CL>
+template <int BM, int BN, int STAGES, int B_MN, int CL, int SK>
 __device__ __forceinline__ void gemm_producer(const gemm_params &p, uint32_t sa, uint32_t sb, uint32_t bars)
 {
-    constexpr uint32_t A_BYTES = GEMM_BM * GEMM_BK * 2, B_BYTES = BN * GEMM_BK * 2;
-    const int64_t ntiles = agmm_sched_num_tiles(&p.sched);
+    constexpr uint32_t A_BYTES = smem_layout<BM, BN, STAGES>::a_bytes, B_BYTES = smem_layout<BM, BN, STAGES>::b_bytes;
+    const int64_t ntiles = agmm_sched_num_tiles(&p.sched), nunits = num_units<SK>(p, ntiles);
     const int crank = (int)(blockIdx.x & (CL - 1));
     int stage = 0, waits_off = 0;
     uint32_t phase = 0;
-    for (int64_t idx = blockIdx.x; idx < ntiles; idx += gridDim.x) {
+    for (int64_t u = blockIdx.x; u < nunits; u += gridDim.x) {
+        const unit_job uj = unit_of<SK>(p, u);
         agmm_tile t;
-        agmm_sched_tile(&p.sched, idx, &t);
-        const int share = tiles_share_b<CL>(p, idx, ntiles, t);
+        agmm_sched_tile(&p.sched, uj.idx, &t);
+        const int share = tiles_share_b<CL>(p, uj.idx, ntiles, t);
         /* Row coordinate and map come from the one tile record: the wait and the load can never
          * disagree about which rows they mean. */
         const int from_local = t.local && p.has_local;
@@ -178,7 +244,7 @@ __device__ __forceinline__ void gemm_producer(const gemm_params &p, uint32_t sa,
         const int a_row = (int)(from_local ? t.shard_row0 : t.row0);
         if (p.flags && !from_local && !waits_off)
             waits_off = wait_chunk(p, t.chunk, t.src_rank);
-        for (int kb = 0; kb < p.k_blocks; kb++) {
+        for (int kb = uj.kb0; kb < uj.kb1; kb++) {
             const uint32_t full = bars + 8 * stage, empty = bars + 8 * (STAGES + stage);
             /* Slot free: our consumers, and with a shared B the partner's too, are done with its
              * previous contents (our multicast is about to write the partner's copy). */
@@ -214,39 +280,90 @@ __device__ __forceinline__ void gemm_producer(const gemm_params &p, uint32_t sa,
     }
 }
 
-/* Consumer cw (0 or 1): rows [64cw, 64cw+64) of each tile. */
-template <int BN, int STAGES, int B_MN, int CL>
+/* Split-tail fix-up of one consumer warp's part (slot = consumer * 4 + warp) of a split tile:
+ * every piece stores its fp32 accumulators to the workspace, then counts itself in; the piece
+ * that counts last sums all pieces in piece order (so the result does not depend on which
+ * piece finished last) into acc and returns 1: it stores the rows. The others return 0.
+ * Workspace: [sk][piece][slot][NACC/4][32 lanes] float4s; counter: one per (sk, slot), zero
+ * between runs (the last piece resets it; nobody touches it again in this run). */
+template <int NACC>
+__device__ __forceinline__ int sk_fixup(const gemm_params &p, const tile_job &j, int slot, int lane, float (&acc)[NACC])
+{
+    constexpr size_t PART = (size_t)NACC * 32; /* floats of one warp's part */
+    float *tile_ws = p.sk_ws + (size_t)j.sk * p.sk_split * 8 * PART + (size_t)slot * PART;
+    float4 *mine = (float4 *)(tile_ws + (size_t)j.piece * 8 * PART);
+#pragma unroll
+    for (int i = 0; i < NACC / 4; i++)
+        mine[i * 32 + lane] = make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
+    /* Release: every lane's partials are visible GPU-wide before lane 0's count says so. */
+    __threadfence();
+    __syncwarp();
+    uint32_t last = 0;
+    if (lane == 0) {
+        uint32_t *ctr = p.sk_ctr + (size_t)j.sk * 8 + slot;
+        last = atomicAdd(ctr, 1u) == (uint32_t)p.sk_split - 1;
+        if (last)
+            *ctr = 0;
+        /* Acquire: the other pieces' partials (fenced before their counts) before our reads. */
+        __threadfence();
+    }
+    last = __shfl_sync(0xffffffffu, last, 0);
+    __syncwarp();
+    if (!last)
+        return 0;
+    for (int q = 0; q < p.sk_split; q++) {
+        const float4 *src = (const float4 *)(tile_ws + (size_t)q * 8 * PART);
+#pragma unroll
+        for (int i = 0; i < NACC / 4; i++) {
+            const float4 v = __ldcg(src + i * 32 + lane); /* L2: written by other SMs */
+            acc[4 * i] = (q ? acc[4 * i] : 0.0f) + v.x;
+            acc[4 * i + 1] = (q ? acc[4 * i + 1] : 0.0f) + v.y;
+            acc[4 * i + 2] = (q ? acc[4 * i + 2] : 0.0f) + v.z;
+            acc[4 * i + 3] = (q ? acc[4 * i + 3] : 0.0f) + v.w;
+        }
+    }
+    return 1;
+}
+
+/* Consumer cw (0 or 1). WGN = 1: the two consumers split the tile's rows, each WM = BM/2 rows of
+ * all BN columns; WGN = 2: they split its columns, each all BM rows of WN = BN/2 columns. A
+ * consumer's rows are MB = WM/64 blocks of 64, one wgmma m64nWNk16 each per K step of 16. */
+template <int BM, int BN, int STAGES, int WGN, int B_MN, int CL, int SK>
 __device__ __forceinline__ void gemm_consumer(const gemm_params &p, int cw, uint32_t sa, uint32_t sb, uint32_t bars,
                                               uint8_t *ep)
 {
-    constexpr uint32_t A_BYTES = GEMM_BM * GEMM_BK * 2, B_BYTES = BN * GEMM_BK * 2;
-    const int64_t ntiles = agmm_sched_num_tiles(&p.sched);
+    constexpr uint32_t A_BYTES = smem_layout<BM, BN, STAGES>::a_bytes, B_BYTES = smem_layout<BM, BN, STAGES>::b_bytes;
+    constexpr int WM = WGN == 1 ? BM / 2 : BM, WN = BN / WGN, MB = WM / 64;
+    const int64_t ntiles = agmm_sched_num_tiles(&p.sched), nunits = num_units<SK>(p, ntiles);
     const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+    const int row_off = WGN == 1 ? cw * WM : 0, col_off = WGN == 2 ? cw * WN : 0;
     const uint32_t partner = (blockIdx.x & (CL - 1)) ^ 1;
-    float acc[BN / 2];
+    float acc[MB][WN / 2];
     int stage = 0;
     uint32_t phase = 0;
-    int64_t idx = blockIdx.x;
-    tile_job cur = job_of<CL>(p, idx, ntiles), next;
-    while (idx < ntiles) {
-        const int64_t next_idx = idx + gridDim.x;
+    int64_t u = blockIdx.x;
+    tile_job cur = job_of<CL, SK>(p, u, nunits, ntiles), next;
+    while (u < nunits) {
+        const int64_t next_u = u + gridDim.x;
         int prev = -1;
-        for (int kb = 0; kb < p.k_blocks; kb++) {
+        for (int kb = cur.kb0; kb < cur.kb1; kb++) {
             mbar_wait(bars + 8 * stage, phase); /* TMA has landed A and B of this K block */
             wgmma_fence();
-            const uint32_t a0 = sa + stage * A_BYTES + cw * 64 * 128;
-            const uint32_t b0 = sb + stage * B_BYTES;
+            const uint32_t a0 = sa + stage * A_BYTES + row_off * 128;
+            const uint32_t b0 = sb + stage * B_BYTES + (B_MN ? col_off / 64 * 8192 : col_off * 128);
 #pragma unroll
             for (int kk = 0; kk < GEMM_BK / 16; kk++) {
-                const uint64_t da = sw128_desc(a0 + kk * 32, 16, 1024);
                 const uint64_t db = B_MN ? sw128_desc(b0 + kk * 16 * 128, 8192, 1024) : sw128_desc(b0 + kk * 32, 16, 1024);
-                wgmma_tile<BN, B_MN>(acc, da, db, (uint32_t)(kb | kk) != 0);
+#pragma unroll
+                for (int mb = 0; mb < MB; mb++)
+                    wgmma_tile<WN, B_MN>(acc[mb], sw128_desc(a0 + mb * 64 * 128 + kk * 32, 16, 1024), db,
+                                         (uint32_t)((kb - cur.kb0) | kk) != 0);
             }
             wgmma_commit();
-            /* The next tile's schedule arithmetic (64-bit divisions) runs while the tensor
-             * cores work, instead of in the gap between tiles. */
-            if (kb == 0)
-                next = job_of<CL>(p, next_idx, ntiles);
+            /* The next unit's schedule arithmetic (64-bit divisions) runs while the tensor
+             * cores work, instead of in the gap between units. */
+            if (kb == cur.kb0)
+                next = job_of<CL, SK>(p, next_u, nunits, ntiles);
             /* Keep this K block's MMAs in flight; the previous block's are done after
              * wait_group 1, so its slot can go back to the producer(s). */
             if (prev >= 0) {
@@ -261,9 +378,17 @@ __device__ __forceinline__ void gemm_consumer(const gemm_params &p, int cw, uint
             }
         }
         wgmma_wait<0>();
-        acc_fence(acc);
+#pragma unroll
+        for (int mb = 0; mb < MB; mb++)
+            acc_fence(acc[mb]);
         if (lane == 0)
             release_slot<STAGES, CL>(bars, prev, cur.share, partner);
+        if (SK && cur.sk >= 0 &&
+            !sk_fixup<MB * WN / 2>(p, cur, cw * 4 + warp, lane, reinterpret_cast<float(&)[MB * WN / 2]>(acc))) {
+            cur = next; /* another piece of this tile stores it */
+            u = next_u;
+            continue;
+        }
 
         /* Epilogue, 64 columns at a time through this warp's staging rows: wgmma's fragment
          * gives this thread rows r, r+8 (r = lane/4 of the warp's 16) and columns 8j + 2(lane%4),
@@ -272,56 +397,60 @@ __device__ __forceinline__ void gemm_consumer(const gemm_params &p, int cw, uint
          * 128-byte lines of C (direct fragment stores covered 8 half sectors). Clipped to the
          * tile: a short tile's next rows belong to another chunk, maybe computed right now. */
         const int64_t n = p.n;
-        const int row_w = cw * 64 + warp * 16;
-        uint16_t *cbase = p.c + (cur.row0 + row_w) * n + cur.col0;
         const int vec_ok = (n & 7) == 0; /* 16-byte aligned row pieces */
 #pragma unroll
-        for (int ch = 0; ch < BN / 64; ch++) {
+        for (int mb = 0; mb < MB; mb++) {
+            const int row_w = row_off + mb * 64 + warp * 16;
+            uint16_t *cbase = p.c + (cur.row0 + row_w) * n + cur.col0;
 #pragma unroll
-            for (int jj = 0; jj < 8; jj++) {
+            for (int ch = 0; ch < WN / 64; ch++) {
 #pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int j = ch * 8 + jj;
-                    __nv_bfloat162 v = __floats2bfloat162_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-                    *(__nv_bfloat162 *)(ep + (lane / 4 + 8 * h) * EP_ROW_BYTES + (jj * 8 + (lane % 4) * 2) * 2) = v;
-                }
-            }
-            __syncwarp();
+                for (int jj = 0; jj < 8; jj++) {
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int r = lane / 8 + 4 * i, c = (lane % 8) * 8;
-                const uint4 v = *(const uint4 *)(ep + r * EP_ROW_BYTES + c * 2);
-                const int tcol = ch * 64 + c;
-                if (row_w + r < cur.rows && tcol < cur.cols) {
-                    uint16_t *dst = cbase + (int64_t)r * n + tcol;
-                    if (vec_ok && tcol + 8 <= cur.cols) {
-                        *(uint4 *)dst = v;
-                    } else {
-                        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-                        for (int q = 0; q < 8; q++)
-                            if (tcol + q < cur.cols)
-                                dst[q] = (uint16_t)(w[q / 2] >> (16 * (q & 1)));
+                    for (int h = 0; h < 2; h++) {
+                        const int j = ch * 8 + jj;
+                        __nv_bfloat162 v = __floats2bfloat162_rn(acc[mb][4 * j + 2 * h], acc[mb][4 * j + 2 * h + 1]);
+                        *(__nv_bfloat162 *)(ep + (lane / 4 + 8 * h) * EP_ROW_BYTES + (jj * 8 + (lane % 4) * 2) * 2) = v;
                     }
                 }
+                __syncwarp();
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int r = lane / 8 + 4 * i, c = (lane % 8) * 8;
+                    const uint4 v = *(const uint4 *)(ep + r * EP_ROW_BYTES + c * 2);
+                    const int tcol = col_off + ch * 64 + c;
+                    if (row_w + r < cur.rows && tcol < cur.cols) {
+                        uint16_t *dst = cbase + (int64_t)r * n + tcol;
+                        if (vec_ok && tcol + 8 <= cur.cols) {
+                            *(uint4 *)dst = v;
+                        } else {
+                            const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                            for (int q = 0; q < 8; q++)
+                                if (tcol + q < cur.cols)
+                                    dst[q] = (uint16_t)(w[q / 2] >> (16 * (q & 1)));
+                        }
+                    }
+                }
+                __syncwarp(); /* the staging rows are rewritten by the next 64 columns */
             }
-            __syncwarp(); /* the staging rows are rewritten by the next 64 columns */
         }
         cur = next;
-        idx = next_idx;
+        u = next_u;
     }
 }
 
-template <int BN, int STAGES, int B_MN, int CL>
+template <int BM, int BN, int STAGES, int WGN, int B_MN, int CL, int SK>
 __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_ws_kernel(const __grid_constant__ gemm_params p)
 {
-    constexpr uint32_t A_BYTES = GEMM_BM * GEMM_BK * 2, B_BYTES = BN * GEMM_BK * 2;
+    static_assert(CL == 1 || (BM == 128 && WGN == 1 && BN % 128 == 0 && !SK), "B multicast pairs: 128-row tiles");
+    static_assert(BM / (3 - WGN) % 64 == 0 && BN / WGN % 64 == 0, "consumers own whole 64 x 64 blocks");
+    using L = smem_layout<BM, BN, STAGES>;
     extern __shared__ uint8_t smem_raw[];
     /* 128B-swizzled tiles must start on 1024-byte boundaries (swizzle phase 0). The offset is
      * the same in both CTAs of a cluster, which multicast relies on. */
-    const uint32_t sa = (smem_u32(smem_raw) + 1023u) & ~1023u;
-    const uint32_t sb = sa + STAGES * A_BYTES;
-    const uint32_t bars = sb + STAGES * B_BYTES; /* full[STAGES], then empty[STAGES] */
+    const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    const uint32_t sa = base + L::a_ring, sb = base + L::b_ring, bars = base + L::bars;
     const int wg = threadIdx.x / 128;
 
     if (threadIdx.x == 0) {
@@ -348,14 +477,13 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_ws_kernel(const __grid_c
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 56;");
         if (threadIdx.x == 0)
-            gemm_producer<BN, STAGES, B_MN, CL>(p, sa, sb, bars);
+            gemm_producer<BM, BN, STAGES, B_MN, CL, SK>(p, sa, sb, bars);
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 224;");
-        /* This warp's epilogue staging rows, after the barriers. */
-        const uint32_t ep_base = (bars + 16 * STAGES + 127u) & ~127u;
+        /* This warp's epilogue staging rows. */
         const int cwarp = (threadIdx.x - 128) / 32;
-        uint8_t *ep = smem_raw + (ep_base - smem_u32(smem_raw)) + cwarp * EP_WARP_BYTES;
-        gemm_consumer<BN, STAGES, B_MN, CL>(p, wg - 1, sa, sb, bars, ep);
+        uint8_t *ep = smem_raw + (base + L::epilogue - smem_u32(smem_raw)) + cwarp * EP_WARP_BYTES;
+        gemm_consumer<BM, BN, STAGES, WGN, B_MN, CL, SK>(p, wg - 1, sa, sb, bars, ep);
     }
     /* No CTA leaves while its partner may still arrive on its barriers. */
     if (CL == 2) {
@@ -366,26 +494,22 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_ws_kernel(const __grid_c
 
 /* ---- host side: policy, descriptors, launch ------------------------------------------------ */
 
-/* The policy table: tile configs, largest first. eff is the FLOP rate of a config relative to
- * 128x256 at full waves (smaller tiles move more operand bytes per FLOP through L2): 0.80 for
- * 128x128 was measured with bench/gemm_lab on an H200, 0.60 for 128x64 is an estimate. The
- * numbers only rank configs against each other. */
+/* The policy table, one row per entry of AGMM_GEMM_CONFIGS (gemm_configs.h, which documents the
+ * fields), with the config's shared-memory size and its kernel for each B layout. */
 typedef struct {
-    int bn, stages, cluster; /* cluster 2: pairs of CTAs on vertically adjacent tiles share B */
-    int pick;                /* 1: the policy may choose it; 0: only by index (lab, tests) */
+    int bm, bn, stages, wgn, cluster, sk;
+    int pick;
     double eff;
     const char *name;
+    size_t smem_bytes;
+    const void *kernel[2]; /* [0]: B column-major, [1]: B row-major */
 } tile_config;
 
-static const tile_config k_configs[] = {
-    {256, 4, 1, 1, 1.00, "128x256x64/s4"},
-    {128, 6, 1, 1, 0.80, "128x128x64/s6"},
-    {64, 8, 1, 1, 0.60, "128x64x64/s8"},
-    /* B multicast in CTA pairs: correct, but measured 1.3-1.5x slower than the same tile
-     * without it (docs/gemm_engine.md), so only the lab and tests select them for now. */
-    {256, 4, 2, 0, 1.00, "128x256x64/s4/c2"},
-    {128, 6, 2, 0, 0.80, "128x128x64/s6/c2"},
-};
+#define CONFIG_ROW(bm, bn, st, wgn, cl, sk, pick, eff, name)                                               \
+    {bm, bn, st, wgn, cl, sk, pick, eff, name, smem_layout<bm, bn, st>::total,                               \
+     {(const void *)gemm_ws_kernel<bm, bn, st, wgn, 0, cl, sk>, (const void *)gemm_ws_kernel<bm, bn, st, wgn, 1, cl, sk>}},
+static const tile_config k_configs[] = {AGMM_GEMM_CONFIGS(CONFIG_ROW)};
+#undef CONFIG_ROW
 #define NUM_CONFIGS ((int)(sizeof k_configs / sizeof k_configs[0]))
 #define GROUP_M 8          /* row tiles per L2 group (even: cluster pairs share columns) */
 #define K_OVERHEAD 192     /* per-tile fixed cost (pipeline fill, epilogue) in units of K */
@@ -400,14 +524,7 @@ extern "C" const char *agmm_gemm_config_name(int config)
     return config >= 0 && config < NUM_CONFIGS ? k_configs[config].name : "?";
 }
 
-static size_t config_smem_bytes(int c)
-{
-    const tile_config *tc = &k_configs[c];
-    return (size_t)tc->stages * (GEMM_BM * GEMM_BK * 2 + tc->bn * GEMM_BK * 2) + 16 * tc->stages + 128 +
-           8 * EP_WARP_BYTES + 1024;
-}
-
-static void sched_fill(agmm_sched *s, const agmm_gemm_desc *d, int bn)
+static void sched_fill(agmm_sched *s, const agmm_gemm_desc *d, const tile_config *tc)
 {
     memset(s, 0, sizeof *s);
     s->m = d->m;
@@ -415,26 +532,27 @@ static void sched_fill(agmm_sched *s, const agmm_gemm_desc *d, int bn)
     s->nranks = d->nranks;
     s->rank = d->rank;
     s->splits = d->splits;
-    s->bm = GEMM_BM;
-    s->bn = bn;
+    s->bm = tc->bm;
+    s->bn = tc->bn;
     s->group_m = GROUP_M;
     agmm_sched_init(s);
 }
 
 /* Waves times the cost of one tile: the config that finishes the last wave first. Ties go to
  * the earlier (larger) tile: fewer operand bytes through L2. */
-static int pick_config(const agmm_gemm_desc *d, int ctas)
+static int model_config(const agmm_gemm_desc *d, int ctas)
 {
     int best = -1;
     double best_cost = 0;
     for (int c = 0; c < NUM_CONFIGS; c++) {
-        if (!k_configs[c].pick || (k_configs[c].cluster == 2 && ctas < 2))
+        const tile_config *tc = &k_configs[c];
+        if (!tc->pick || (tc->cluster == 2 && ctas < 2))
             continue;
         agmm_sched s;
-        sched_fill(&s, d, k_configs[c].bn);
+        sched_fill(&s, d, tc);
         const int64_t tiles = agmm_sched_num_tiles(&s);
         const int64_t waves = (tiles + ctas - 1) / ctas;
-        const double cost = (double)waves * k_configs[c].bn * (double)(d->k + K_OVERHEAD) / k_configs[c].eff;
+        const double cost = (double)waves * (tc->bm / 128.0) * tc->bn * (double)(d->k + K_OVERHEAD) / tc->eff;
         if (best < 0 || cost < best_cost * 0.98) {
             best = c;
             best_cost = cost;
@@ -443,21 +561,63 @@ static int pick_config(const agmm_gemm_desc *d, int ctas)
     return best;
 }
 
-static const void *config_kernel(int c, int b_mn)
+/* The measured table (gemm_configs.h): the config of the nearest measured shape, where one lies
+ * within MEASURED_RADIUS (summed |log2| distance of rows, n and k) and the plan has the whole
+ * GPU, as when it was measured. -1: none applies. */
+#define MEASURED_RADIUS 0.3
+typedef struct {
+    double rows, n, k;
+    const char *name;
+} measured_row;
+#define MEASURED_ROW(rows, n, k, name) {rows, n, k, name},
+static const measured_row k_measured[] = {AGMM_GEMM_MEASURED(MEASURED_ROW){0, 0, 0, NULL}};
+#undef MEASURED_ROW
+
+static int measured_config(const agmm_gemm_desc *d, int ctas, int sms)
 {
-    switch (c * 2 + b_mn) {
-    case 0: return (const void *)gemm_ws_kernel<256, 4, 0, 1>;
-    case 1: return (const void *)gemm_ws_kernel<256, 4, 1, 1>;
-    case 2: return (const void *)gemm_ws_kernel<128, 6, 0, 1>;
-    case 3: return (const void *)gemm_ws_kernel<128, 6, 1, 1>;
-    case 4: return (const void *)gemm_ws_kernel<64, 8, 0, 1>;
-    case 5: return (const void *)gemm_ws_kernel<64, 8, 1, 1>;
-    case 6: return (const void *)gemm_ws_kernel<256, 4, 0, 2>;
-    case 7: return (const void *)gemm_ws_kernel<256, 4, 1, 2>;
-    case 8: return (const void *)gemm_ws_kernel<128, 6, 0, 2>;
-    case 9: return (const void *)gemm_ws_kernel<128, 6, 1, 2>;
+    if (ctas != sms)
+        return -1;
+    const double rows = (double)(d->nranks * d->m), n = (double)d->n, k = (double)d->k;
+    const measured_row *best = NULL;
+    double best_dist = MEASURED_RADIUS;
+    for (const measured_row *r = k_measured; r->name; r++) {
+        const double dist = fabs(log2(rows / r->rows)) + fabs(log2(n / r->n)) + fabs(log2(k / r->k));
+        if (dist <= best_dist) {
+            best = r;
+            best_dist = dist;
+        }
     }
-    return NULL;
+    for (int c = 0; best && c < NUM_CONFIGS; c++)
+        if (!strcmp(k_configs[c].name, best->name))
+            return c;
+    return -1;
+}
+
+/* Split-tail configs: which tiles of the last waves to cut into how many K pieces. Cutting the
+ * last r + j*ctas tiles (r = tiles % ctas, j = 0 or 1) into s pieces turns j + 1 rounds of whole
+ * tiles into ceil((r + j*ctas) * s / ctas) rounds of ceil(KB/s) K blocks, plus the fix-up (the
+ * last piece writes its partials and reads all s back: modelled as 1 + s K blocks, unmeasured).
+ * The best gain wins; none: *first = tiles (no split). */
+static void plan_split_tail(int64_t tiles, int ctas, int k_blocks, int64_t *first, int *split)
+{
+    *first = tiles;
+    *split = 1;
+    const int64_t r = tiles % ctas;
+    double best_gain = 0;
+    for (int j = 0; j <= 1 && r; j++) {
+        const int64_t sk_tiles = r + (int64_t)j * ctas;
+        if (sk_tiles > tiles)
+            break;
+        for (int s = 2; s <= 16 && s <= k_blocks; s++) {
+            const int64_t rounds = (sk_tiles * s + ctas - 1) / ctas;
+            const double gain = (double)(j + 1) * k_blocks - (double)rounds * ((k_blocks + s - 1) / s + 1 + s);
+            if (gain > best_gain) {
+                best_gain = gain;
+                *first = tiles - sk_tiles;
+                *split = s;
+            }
+        }
+    }
 }
 
 struct agmm_gemm_plan {
@@ -468,6 +628,7 @@ struct agmm_gemm_plan {
     int config, ctas;
     int64_t tiles;
     size_t smem_bytes;
+    void *sk_ws; /* split-tail workspace: partials, then counters (one allocation) */
     char name[128];
 };
 
@@ -528,20 +689,21 @@ extern "C" agmm_status agmm_gemm_plan_set_ptrs(agmm_gemm_plan *pl, const void *a
 {
     agmm_gemm_desc *d = &pl->desc;
     gemm_params *p = &pl->params;
-    const int bn = k_configs[pl->config].bn;
+    const int bm = k_configs[pl->config].bm, bn = k_configs[pl->config].bn;
     agmm_status st = AGMM_SUCCESS;
     if (misaligned(a) || misaligned(a_local) || misaligned(b) || misaligned(c)) {
         set_err(err, errlen, "gemm operands must be 16-byte aligned for TMA");
         return AGMM_ERR_INVALID_ARG;
     }
     if (a && a != d->a) {
-        st = encode_2d(pl, &p->map_a, a, (uint64_t)d->k, (uint64_t)(d->nranks * d->m), GEMM_BK, GEMM_BM, "A", err, errlen);
+        st = encode_2d(pl, &p->map_a, a, (uint64_t)d->k, (uint64_t)(d->nranks * d->m), GEMM_BK, (uint32_t)bm, "A", err,
+                       errlen);
         if (st)
             return st;
         d->a = a;
     }
     if (a_local && a_local != d->a_local) {
-        st = encode_2d(pl, &p->map_a_local, a_local, (uint64_t)d->k, (uint64_t)d->m, GEMM_BK, GEMM_BM, "A shard", err,
+        st = encode_2d(pl, &p->map_a_local, a_local, (uint64_t)d->k, (uint64_t)d->m, GEMM_BK, (uint32_t)bm, "A shard", err,
                        errlen);
         if (st)
             return st;
@@ -631,63 +793,93 @@ extern "C" agmm_status agmm_gemm_plan_create(agmm_gemm_plan **out, const agmm_ge
     pl->encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
 
     int budget = d->max_ctas > 0 && d->max_ctas < sms ? d->max_ctas : sms;
-    pl->config = d->config >= 0 ? d->config : pick_config(d, budget);
+    pl->config = d->config;
+    if (pl->config < 0)
+        pl->config = measured_config(d, budget, sms);
+    if (pl->config < 0)
+        pl->config = model_config(d, budget);
     const tile_config *tc = &k_configs[pl->config];
+    agmm_status st = AGMM_ERR_CUDA;
     if (tc->cluster == 2 && budget < 2) {
         set_err(err, errlen, "gemm: config %s needs at least 2 CTAs (max_ctas=%d)", tc->name, d->max_ctas);
-        free(pl);
-        return AGMM_ERR_INVALID_ARG;
+        st = AGMM_ERR_INVALID_ARG;
+        goto fail;
     }
-    const int b_mn = d->b_layout == AGMM_LAYOUT_ROW_MAJOR;
-    pl->kernel = config_kernel(pl->config, b_mn);
-    pl->smem_bytes = config_smem_bytes(pl->config);
-    ce = cudaFuncSetAttribute(pl->kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl->smem_bytes);
-    if (ce != cudaSuccess) {
-        set_err(err, errlen, "gemm: cudaFuncSetAttribute(smem %zu): %s", pl->smem_bytes, cudaGetErrorString(ce));
-        free(pl);
-        return AGMM_ERR_CUDA;
-    }
-
-    pl->desc = *d;
-    pl->desc.a = pl->desc.a_local = pl->desc.b = NULL;
-    pl->desc.c = NULL;
-    gemm_params *p = &pl->params;
-    sched_fill(&p->sched, d, tc->bn);
-    pl->tiles = agmm_sched_num_tiles(&p->sched);
-    pl->ctas = (int)(pl->tiles < budget ? pl->tiles : budget);
-    if (tc->cluster == 2) {
-        /* Pairs: an even grid, no more pairs than can be resident at once (a persistent CTA
-         * that waits for a free SM would only add a tail). */
-        int max_clusters = 0;
-        cudaLaunchConfig_t cfg;
-        cudaLaunchAttribute attr;
-        launch_config(pl, &cfg, &attr, budget & ~1, 0);
-        ce = cudaOccupancyMaxActiveClusters(&max_clusters, pl->kernel, &cfg);
-        if (ce != cudaSuccess || max_clusters < 1) {
-            set_err(err, errlen, "gemm: cudaOccupancyMaxActiveClusters: %s (%d)", cudaGetErrorString(ce), max_clusters);
-            free(pl);
-            return AGMM_ERR_CUDA;
+    {
+        const int b_mn = d->b_layout == AGMM_LAYOUT_ROW_MAJOR;
+        pl->kernel = tc->kernel[b_mn];
+        pl->smem_bytes = tc->smem_bytes;
+        ce = cudaFuncSetAttribute(pl->kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl->smem_bytes);
+        if (ce != cudaSuccess) {
+            set_err(err, errlen, "gemm: cudaFuncSetAttribute(smem %zu): %s", pl->smem_bytes, cudaGetErrorString(ce));
+            goto fail;
         }
-        pl->ctas = (int)((pl->tiles + 1) & ~1LL);
-        if (pl->ctas > (budget & ~1))
-            pl->ctas = budget & ~1;
-        if (pl->ctas > 2 * max_clusters)
-            pl->ctas = 2 * max_clusters;
+
+        pl->desc = *d;
+        pl->desc.a = pl->desc.a_local = pl->desc.b = NULL;
+        pl->desc.c = NULL;
+        gemm_params *p = &pl->params;
+        sched_fill(&p->sched, d, tc);
+        pl->tiles = agmm_sched_num_tiles(&p->sched);
+        p->n = d->n;
+        p->k_blocks = (int)((d->k + GEMM_BK - 1) / GEMM_BK);
+        p->flags = d->chunk_flags;
+        p->err = d->dev_error;
+        p->timeout_ns = d->timeout_ns ? d->timeout_ns : 5000000000ull;
+        p->sk_first = pl->tiles;
+        p->sk_split = 1;
+        int64_t units = pl->tiles;
+        char split[48] = "";
+        if (tc->sk) {
+            plan_split_tail(pl->tiles, budget, p->k_blocks, &p->sk_first, &p->sk_split);
+            const int64_t sk_tiles = pl->tiles - p->sk_first;
+            units = p->sk_first + sk_tiles * p->sk_split;
+            if (sk_tiles) {
+                /* One allocation: fp32 partials of every piece, then 8 counters per split tile. */
+                const size_t ws_bytes = (size_t)sk_tiles * p->sk_split * tc->bm * tc->bn * 4;
+                ce = cudaMalloc(&pl->sk_ws, ws_bytes + (size_t)sk_tiles * 8 * 4);
+                if (ce == cudaSuccess)
+                    ce = cudaMemset((char *)pl->sk_ws + ws_bytes, 0, (size_t)sk_tiles * 8 * 4);
+                if (ce != cudaSuccess) {
+                    set_err(err, errlen, "gemm: split-tail workspace (%zu bytes): %s", ws_bytes, cudaGetErrorString(ce));
+                    goto fail;
+                }
+                p->sk_ws = (float *)pl->sk_ws;
+                p->sk_ctr = (uint32_t *)((char *)pl->sk_ws + ws_bytes);
+            }
+            snprintf(split, sizeof split, " split=%lldx%d", (long long)sk_tiles, p->sk_split);
+        }
+        pl->ctas = (int)(units < budget ? units : budget);
+        if (tc->cluster == 2) {
+            /* Pairs: an even grid, no more pairs than can be resident at once (a persistent CTA
+             * that waits for a free SM would only add a tail). */
+            int max_clusters = 0;
+            cudaLaunchConfig_t cfg;
+            cudaLaunchAttribute attr;
+            launch_config(pl, &cfg, &attr, budget & ~1, 0);
+            ce = cudaOccupancyMaxActiveClusters(&max_clusters, pl->kernel, &cfg);
+            if (ce != cudaSuccess || max_clusters < 1) {
+                set_err(err, errlen, "gemm: cudaOccupancyMaxActiveClusters: %s (%d)", cudaGetErrorString(ce),
+                        max_clusters);
+                goto fail;
+            }
+            pl->ctas = (int)((pl->tiles + 1) & ~1LL);
+            if (pl->ctas > (budget & ~1))
+                pl->ctas = budget & ~1;
+            if (pl->ctas > 2 * max_clusters)
+                pl->ctas = 2 * max_clusters;
+        }
+        st = agmm_gemm_plan_set_ptrs(pl, d->a, d->a_local, d->b, d->c, err, errlen);
+        if (st)
+            goto fail;
+        snprintf(pl->name, sizeof pl->name, "%s%s ctas=%d tiles=%lld%s", tc->name, b_mn ? " B-row" : "", pl->ctas,
+                 (long long)pl->tiles, split);
     }
-    p->n = d->n;
-    p->k_blocks = (int)((d->k + GEMM_BK - 1) / GEMM_BK);
-    p->flags = d->chunk_flags;
-    p->err = d->dev_error;
-    p->timeout_ns = d->timeout_ns ? d->timeout_ns : 5000000000ull;
-    agmm_status st = agmm_gemm_plan_set_ptrs(pl, d->a, d->a_local, d->b, d->c, err, errlen);
-    if (st) {
-        free(pl);
-        return st;
-    }
-    snprintf(pl->name, sizeof pl->name, "%s%s ctas=%d tiles=%lld", tc->name, b_mn ? " B-row" : "", pl->ctas,
-             (long long)pl->tiles);
     *out = pl;
     return AGMM_SUCCESS;
+fail:
+    agmm_gemm_plan_destroy(pl);
+    return st;
 }
 
 extern "C" agmm_status agmm_gemm_run(agmm_gemm_plan *pl, uint32_t epoch, cudaStream_t stream)
@@ -707,6 +899,9 @@ extern "C" agmm_status agmm_gemm_run(agmm_gemm_plan *pl, uint32_t epoch, cudaStr
 
 extern "C" void agmm_gemm_plan_destroy(agmm_gemm_plan *pl)
 {
+    if (!pl)
+        return;
+    cudaFree(pl->sk_ws);
     free(pl);
 }
 

@@ -46,11 +46,13 @@ typedef struct {
     agmm_dev_error *dev_error;
     uint64_t timeout_ns;
     int max_ctas;         /* SM budget for the persistent grid; 0: every SM of the device */
-    int config;           /* tile config index (agmm_gemm_config_name), -1: the policy picks */
+    int config;           /* tile config index (agmm_gemm_config_name), -1: the policy picks (the
+                           * measured table of gemm_configs.h near a measured shape with the whole
+                           * GPU, else the cost model) */
 } agmm_gemm_desc;
 
 /* Validates desc, picks a tile config, encodes the TMA descriptors of the given pointers and
- * sets the kernel's shared-memory limit. Not collective; no stream work; host-blocking only
+ * sets the kernel's shared-memory limit (split-tail configs: also allocates their workspace). Not collective; no stream work; host-blocking only
  * for attribute calls. On failure *out = NULL and err (if errlen > 0) names the reason.
  * Statuses: AGMM_ERR_INVALID_ARG (shape, alignment, missing dev_error), AGMM_ERR_UNSUPPORTED
  * (row-major B with n % 8 != 0, not an sm_90 device), AGMM_ERR_NO_MEMORY, AGMM_ERR_CUDA. */
@@ -64,7 +66,8 @@ agmm_status agmm_gemm_plan_set_ptrs(agmm_gemm_plan *plan, const void *a, const v
                                     void *c, char *err, size_t errlen);
 
 /* Enqueues one GEMM on `stream`. epoch: the value the chunk flags must reach (ignored without
- * flags). Returns AGMM_ERR_CUDA if the launch fails, AGMM_ERR_INVALID_ARG if a pointer is
+ * flags). A plan's runs must not overlap in time (enqueue them on one stream): split-tail configs
+ * keep a workspace in the plan. Returns AGMM_ERR_CUDA if the launch fails, AGMM_ERR_INVALID_ARG if a pointer is
  * still NULL. An expired wait does not fail the call: the kernel records it in dev_error,
  * stops waiting, finishes (with whatever the late chunk held) and the caller reports it. */
 agmm_status agmm_gemm_run(agmm_gemm_plan *plan, uint32_t epoch, cudaStream_t stream);

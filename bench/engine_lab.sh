@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The GEMM engine's one GPU-machine call: the engine's GPU tests, the lab over the seed shapes at
+# W = 1, 2, 4, 8 and the model shapes with the policy and every config forced (each against the
+# fastest of 16 cuBLASLt algorithms), torch.matmul on the same shapes, and the ratio table last.
+# Every step runs under `timeout`; about 3 minutes in all on an H200 (bounded at 5.5).
+#
+#   OUT=/some/dir bench/engine_lab.sh [BUILD_DIR]     default BUILD_DIR: build
+#
+# Takes BUILD_DIR/gemm-lab and BUILD_DIR/agmm-gputest as built (carry them over), or builds them
+# where they are missing and nvcc exists. Writes at most 6 files under $OUT: gputest.log,
+# lab.log, lab.csv, torch.log, torch.csv, ratio.md. Environment: LAB_ARGS (extra gemm-lab
+# options, e.g. "--reps 10"), CONFIGS (default "all").
+set -u -o pipefail
+BUILD=${1:-build}
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+cd "$(dirname "$0")/.." || exit 1
+
+# Never NVLink multicast (gpu-machine.md), also for anything started from here.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# agmm-gputest links NCCL: prefer the PyTorch wheel's, which matches the headers we build with.
+NCCL_PKG=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null || true)
+[ -n "$NCCL_PKG" ] && [ -e "$NCCL_PKG/lib/libnccl.so.2" ] &&
+    export LD_LIBRARY_PATH=$NCCL_PKG/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+
+if [ ! -x "$BUILD/gemm-lab" ] || [ ! -x "$BUILD/agmm-gputest" ]; then
+    echo "== building $BUILD/gemm-lab $BUILD/agmm-gputest" | tee "$OUT/lab.log"
+    timeout 240 make BUILD="$BUILD" -j"$(nproc)" gemm-lab "$BUILD/agmm-gputest" >>"$OUT/lab.log" 2>&1 ||
+        echo "build failed: see lab.log"
+fi
+
+step() { # step SECONDS LOG command...: one bounded step, its output appended to LOG
+    local limit=$1 log=$2 t0=$SECONDS
+    shift 2
+    echo "== $*" | tee -a "$log"
+    timeout "$limit" "$@" >>"$log" 2>&1
+    local rc=$?
+    echo "== rc=$rc after $((SECONDS - t0)) s" | tee -a "$log"
+}
+
+SHAPES=$(mktemp)
+trap 'rm -f "$SHAPES"' EXIT
+"$BUILD/gemm-lab" --list-shapes >"$SHAPES" || { echo "gemm-lab --list-shapes failed"; exit 1; }
+
+step 120 "$OUT/gputest.log" "$BUILD/agmm-gputest" gemm_engine
+tail -3 "$OUT/gputest.log"
+# shellcheck disable=SC2086
+step 150 "$OUT/lab.log" "$BUILD/gemm-lab" --shapes-file "$SHAPES" --configs "${CONFIGS:-all}" \
+    --csv "$OUT/lab.csv" ${LAB_ARGS:-}
+grep '^# ' "$OUT/lab.log" | tail -60
+tail -2 "$OUT/lab.log"
+step 60 "$OUT/torch.log" python3 bench/torch_matmul.py --shapes-file "$SHAPES" --csv "$OUT/torch.csv"
+tail -2 "$OUT/torch.log"
+
+TORCH_CSV=""
+[ -s "$OUT/torch.csv" ] && TORCH_CSV=$OUT/torch.csv
+if [ -s "$OUT/lab.csv" ]; then
+    # shellcheck disable=SC2086
+    timeout 30 python3 bench/gemm_ratio.py "$OUT/lab.csv" $TORCH_CSV --per-shape >"$OUT/ratio.md" 2>&1
+    # The summaries (every variant and the oracle) last; the per-shape table stays in ratio.md.
+    sed '/: per shape/,$d' "$OUT/ratio.md"
+else
+    echo "no lab.csv: nothing to compare"
+fi
