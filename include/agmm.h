@@ -215,7 +215,10 @@ typedef struct {
     const void *b;         /* K x N bf16 in the plan's b_layout; caller-owned */
     void *a_gathered;      /* (W*m) x k bf16 out; caller-owned */
     void *c;               /* (W*m) x n bf16 out; caller-owned */
-    void *reserved[5];     /* must be NULL */
+    const void *input;     /* NULL: A_r is in agmm_plan_input(plan). Else A_r is here: inside memory
+                              from agmm_symmetric_alloc, 16-byte aligned, at the same offset in that
+                              allocation on every rank; nothing is copied */
+    void *reserved[4];     /* must be NULL */
 } agmm_ag_matmul_io;
 
 typedef struct {
@@ -226,8 +229,10 @@ typedef struct {
 } agmm_all_reduce_desc;
 
 typedef struct {
-    void *out;             /* n elements out; may equal agmm_plan_input (in place); caller-owned */
-    void *reserved[7];     /* must be NULL */
+    void *out;             /* n elements out; may equal the input (in place); caller-owned */
+    const void *input;     /* NULL: the vector is in agmm_plan_input(plan). Else it is here, as for
+                              agmm_ag_matmul_io.input */
+    void *reserved[6];     /* must be NULL */
 } agmm_all_reduce_io;
 
 /* Plans an operation on one rank. Collective (it allocates symmetric memory; every rank passes
@@ -248,6 +253,15 @@ const char *agmm_plan_backend(const agmm_plan *plan);
  * memory in the CPU world. The caller writes it (ordered before the run on the same stream) and
  * must not write it again until that run has completed on its stream. NULL for NULL. */
 void *agmm_plan_input(agmm_plan *plan);
+
+/* Symmetric memory for the caller: `bytes` on every rank, zeroed, 256-byte aligned, that runs
+ * read in place (io.input), so a producer can write its shard or vector there and no copy is
+ * made. Device memory on GPUs, host memory in the CPU world. Collective (every rank asks for the
+ * same size, in the same order). Freed by agmm_symmetric_free (collective, NULL-safe; in the same
+ * order on every rank) or with the context. Statuses: AGMM_ERR_INVALID_ARG, AGMM_ERR_NO_MEMORY,
+ * CUDA/NCCL errors, AGMM_ERR_TIMEOUT. */
+agmm_status agmm_symmetric_alloc(agmm_ctx *ctx, size_t bytes, void **ptr);
+void agmm_symmetric_free(agmm_ctx *ctx, void *ptr);
 
 /* Enqueues one run of an ag_matmul / all_reduce plan on `stream` (a cudaStream_t; the NULL stream
  * is refused where ranks share a GPU). Collective: every rank runs its plans in the same order.

@@ -34,6 +34,9 @@ void test_cpu_fused_waits(void);
 void test_cpu_timeout_missing_rank(void);
 void test_cpu_timeout_chunk(void);
 
+/* test_symmetric.c: caller-owned symmetric memory as a run's input. */
+void test_symmetric_input(void);
+
 /* Helpers of the CPU tests (test_cpu_backends.c). */
 /* A CPU world of nranks ranks (timeout_s 0: the default), or NULL after a FAIL line. */
 agmm_world *test_cpu_world(int nranks, double timeout_s);

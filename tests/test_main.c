@@ -22,6 +22,7 @@ static const agmm_test_case cases[] = {
     {"cpu/fused/waits", test_cpu_fused_waits},
     {"cpu/timeout/missing_rank", test_cpu_timeout_missing_rank},
     {"cpu/timeout/chunk", test_cpu_timeout_chunk},
+    {"cpu/symmetric_input", test_symmetric_input},
 };
 
 int main(int argc, char **argv)

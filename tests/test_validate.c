@@ -256,8 +256,8 @@ static const struct {
     [MISUSE_NULL_IO_MM] = {"agmm_ag_matmul with io NULL", {"io is NULL", NULL}},
     [MISUSE_NULL_IO_AR] = {"agmm_all_reduce with io NULL", {"io is NULL", NULL}},
     [MISUSE_MM_NO_C] = {"agmm_ag_matmul with io->c NULL", {"io->c", NULL}},
-    [MISUSE_MM_TAIL] = {"agmm_ag_matmul with io.reserved[4] set", {"ag_matmul io: the reserved tail is not zero", NULL}},
-    [MISUSE_AR_TAIL] = {"agmm_all_reduce with io.reserved[6] set", {"all_reduce io: the reserved tail is not zero", NULL}},
+    [MISUSE_MM_TAIL] = {"agmm_ag_matmul with io.reserved[3] set", {"ag_matmul io: the reserved tail is not zero", NULL}},
+    [MISUSE_AR_TAIL] = {"agmm_all_reduce with io.reserved[5] set", {"all_reduce io: the reserved tail is not zero", NULL}},
 };
 
 enum { MIS_W = 2, MIS_M = 5, MIS_N = 24, MIS_K = 16, MIS_AR_N = 37 };
@@ -314,8 +314,8 @@ static agmm_status misuse_rank(agmm_ctx *ctx, void *arg)
         case MISUSE_NULL_IO_MM: st = agmm_ag_matmul(mm, NULL, NULL); break;
         case MISUSE_NULL_IO_AR: st = agmm_all_reduce(ar, NULL, NULL); break;
         case MISUSE_MM_NO_C: m2.c = NULL, st = agmm_ag_matmul(mm, &m2, NULL); break;
-        case MISUSE_MM_TAIL: m2.reserved[4] = c, st = agmm_ag_matmul(mm, &m2, NULL); break;
-        case MISUSE_AR_TAIL: a2.reserved[6] = ar_out, st = agmm_all_reduce(ar, &a2, NULL); break;
+        case MISUSE_MM_TAIL: m2.reserved[3] = c, st = agmm_ag_matmul(mm, &m2, NULL); break;
+        case MISUSE_AR_TAIL: a2.reserved[5] = ar_out, st = agmm_all_reduce(ar, &a2, NULL); break;
         }
         res->status[i] = st;
         snprintf(res->msg[i], sizeof res->msg[i], "%s", agmm_last_error(ctx));

@@ -22,7 +22,10 @@ typedef struct {
     /* Copies the checked descriptor into plan->desc (defaults resolved, backend NULL) and returns
      * the bytes of the plan's symmetric input. */
     size_t (*install)(agmm_plan *plan, const void *desc);
-    /* Checks one run's io against the plan (pointers given, alignment, overlaps, reserved). */
+    /* The io's input pointer (NULL: the plan's own buffer). */
+    const void *(*input_of)(const void *io);
+    /* Checks one run's io against the plan (pointers given, alignment, overlaps, reserved); the
+     * run's input (plan->in) is resolved already. */
     agmm_status (*check_io)(const agmm_plan *plan, const void *io, agmm_error *err);
 } agmm_op_type;
 

@@ -113,3 +113,29 @@ agmm_status agmm_world_run(agmm_world *w, agmm_rank_fn fn, void *arg)
     pthread_mutex_destroy(&gate.mu);
     return st;
 }
+
+agmm_status agmm_symmetric_alloc(agmm_ctx *ctx, size_t bytes, void **ptr)
+{
+    if (ctx == NULL)
+        return AGMM_ERR_INVALID_ARG;
+    agmm_error *err = agmm_ctx_err(ctx);
+    agmm_error_clear(err);
+    if (ptr == NULL)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "ptr is NULL");
+    *ptr = NULL;
+    if (bytes == 0)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "bytes=0: a symmetric buffer needs at least one byte");
+    agmm_symm_buf *buf = NULL;
+    agmm_status st = agmm_symm_user_alloc(ctx, bytes, &buf);
+    if (st == AGMM_SUCCESS)
+        *ptr = buf->local;
+    return st;
+}
+
+void agmm_symmetric_free(agmm_ctx *ctx, void *ptr)
+{
+    if (ctx == NULL || ptr == NULL)
+        return;
+    agmm_error_clear(agmm_ctx_err(ctx));
+    agmm_symm_user_free(ctx, ptr);
+}

@@ -24,6 +24,11 @@ static size_t install(agmm_plan *plan, const void *desc)
     return (size_t)(d->m * d->k) * 2;
 }
 
+static const void *input_of(const void *io)
+{
+    return ((const agmm_ag_matmul_io *)io)->input;
+}
+
 static agmm_status check_io(const agmm_plan *plan, const void *vio, agmm_error *err)
 {
     const agmm_ag_matmul_io *io = vio;
@@ -48,5 +53,6 @@ const agmm_op_type agmm_op_ag_matmul = {
     .check = check,
     .backend_of = backend_of,
     .install = install,
+    .input_of = input_of,
     .check_io = check_io,
 };

@@ -22,6 +22,11 @@ static size_t install(agmm_plan *plan, const void *desc)
     return (size_t)d->n * agmm_dtype_bytes(d->dtype);
 }
 
+static const void *input_of(const void *io)
+{
+    return ((const agmm_all_reduce_io *)io)->input;
+}
+
 static agmm_status check_io(const agmm_plan *plan, const void *vio, agmm_error *err)
 {
     const agmm_all_reduce_io *io = vio;
@@ -31,14 +36,14 @@ static agmm_status check_io(const agmm_plan *plan, const void *vio, agmm_error *
     if (st != AGMM_SUCCESS)
         return st;
     size_t esize = agmm_dtype_bytes(plan->desc.ar.dtype);
-    uintptr_t out = (uintptr_t)io->out, in = (uintptr_t)plan->input->local, bytes = (uintptr_t)plan->desc.ar.n * esize;
+    uintptr_t out = (uintptr_t)io->out, in = (uintptr_t)agmm_plan_in(plan), bytes = (uintptr_t)plan->desc.ar.n * esize;
     if (out % esize != 0)
         return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "io->out=%p is not aligned to its %zu-byte elements", io->out,
                          esize);
     if (out != in && out < in + bytes && in < out + bytes)
         return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
-                         "io->out=%p overlaps the plan's input %p without equalling it (in place needs out == input)",
-                         io->out, plan->input->local);
+                         "io->out=%p overlaps the run's input %p without equalling it (in place needs out == input)",
+                         io->out, agmm_plan_in(plan));
     return AGMM_SUCCESS;
 }
 
@@ -47,5 +52,6 @@ const agmm_op_type agmm_op_all_reduce = {
     .check = check,
     .backend_of = backend_of,
     .install = install,
+    .input_of = input_of,
     .check_io = check_io,
 };

@@ -129,7 +129,22 @@ static agmm_status plan_run(agmm_plan *p, agmm_op op, const void *io, void *stre
                          agmm_op_name(p->op), agmm_op_name(p->op), agmm_op_name(op));
     if (io == NULL)
         return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "io is NULL");
-    agmm_status st = agmm_op_type_of(op)->check_io(p, io, err);
+    const agmm_op_type *type = agmm_op_type_of(op);
+    const void *input = type->input_of(io);
+    p->in = p->input;
+    p->in_offset = 0;
+    if (input != NULL) {
+        const agmm_symm_buf *buf = agmm_symm_user_find(ctx, input, p->input->bytes);
+        if (buf == NULL)
+            return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
+                             "io->input=%p: not %zu bytes inside one buffer from agmm_symmetric_alloc of rank %d",
+                             input, p->input->bytes, agmm_ctx_info(ctx)->rank);
+        if ((uintptr_t)input % 16 != 0)
+            return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "io->input=%p must be 16-byte aligned", input);
+        p->in = buf;
+        p->in_offset = (size_t)((uintptr_t)input - (uintptr_t)buf->local);
+    }
+    agmm_status st = type->check_io(p, io, err);
     if (st != AGMM_SUCCESS)
         return st;
     const agmm_error *oos = agmm_ctx_out_of_step(ctx);

@@ -72,7 +72,7 @@ static agmm_status cpu_compute(agmm_plan *plan, const agmm_ag_matmul_io *io, voi
     for (int sp = 0; sp < d->splits; sp++) {
         int64_t row0, rows;
         agmm_sched_chunk_rows(&s, sp, &row0, &rows);
-        chunk_gemm(plan, x, io, (const uint16_t *)plan->input->local + row0 * d->k, (int64_t)ri->rank * d->m + row0,
+        chunk_gemm(plan, x, io, (const uint16_t *)agmm_plan_in(plan) + row0 * d->k, (int64_t)ri->rank * d->m + row0,
                    rows);
     }
     /* The peers' chunks, each as soon as its own copy has landed. */
@@ -218,7 +218,7 @@ static agmm_status gpu_start(agmm_plan *plan, const agmm_ag_matmul_io *io, cudaS
     const agmm_ag_matmul_desc *d = &plan->desc.mm;
     size_t c_row = (size_t)d->n * 2;
     char *c = (char *)io->c + (size_t)(agmm_ctx_info(plan->ctx)->rank * d->m) * c_row;
-    return agmm_gemm_lt_run(x->local, plan->input->local, io->b, c, x->workspace, s, agmm_ctx_err(plan->ctx));
+    return agmm_gemm_lt_run(x->local, agmm_plan_in(plan), io->b, c, x->workspace, s, agmm_ctx_err(plan->ctx));
 }
 
 static agmm_status gpu_landed(agmm_plan *plan, const agmm_ag_matmul_io *io, int chunk, int64_t row0, int64_t rows,

@@ -96,7 +96,7 @@ static agmm_status cpu_compute(agmm_plan *plan, const agmm_ag_matmul_io *io, voi
     fused_cpu *x = arg;
     const agmm_ag_matmul_desc *d = &plan->desc.mm;
     const agmm_sched *s = &x->sched;
-    const uint16_t *shard = plan->input->local, *a = io->a_gathered;
+    const uint16_t *shard = agmm_plan_in(plan), *a = io->a_gathered;
     uint16_t *c = io->c;
     int64_t ntiles = agmm_sched_num_tiles(s);
     for (int64_t i = 0; i < ntiles; i++) {
@@ -265,7 +265,8 @@ static agmm_status gpu_run(agmm_plan *plan, const void *vio, void *stream)
     fused_gpu *x = plan->state;
     const agmm_ag_matmul_io *io = vio;
     char why[256] = "";
-    agmm_status st = agmm_gemm_plan_set_ptrs(x->gemm, io->a_gathered, NULL, io->b, io->c, why, sizeof why);
+    agmm_status st =
+        agmm_gemm_plan_set_ptrs(x->gemm, io->a_gathered, agmm_plan_in(plan), io->b, io->c, why, sizeof why);
     if (st != AGMM_SUCCESS)
         return AGMM_FAIL(agmm_ctx_err(plan->ctx), st, "rank %d: GEMM engine operands: %s",
                          agmm_ctx_info(plan->ctx)->rank, why);

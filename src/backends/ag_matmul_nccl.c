@@ -6,7 +6,7 @@
  * CPU world (no NCCL there): the same two steps with plain copies from the symmetric heap
  * standing in for ncclAllGather:
  *   barrier 1   every rank's shard is written (the caller wrote it before the run)
- *   gather      A[r*M : (r+1)*M] = shard of rank r, read through plan->input->peer[r]
+ *   gather      A[r*M : (r+1)*M] = shard of rank r, read through agmm_plan_in_peer(plan, r)
  *   barrier 2   nobody reads my shard any more, so my caller may overwrite it after the run
  *   GEMM        C = A * B over all W*M rows */
 #include <stdlib.h>
@@ -50,7 +50,7 @@ static agmm_status cpu_run(agmm_plan *plan, const void *vio, void *stream)
     if (st != AGMM_SUCCESS)
         return st;
     for (int r = 0; r < nranks; r++)
-        memcpy(a + (size_t)r * (size_t)(d->m * d->k), plan->input->peer[r], shard_bytes);
+        memcpy(a + (size_t)r * (size_t)(d->m * d->k), agmm_plan_in_peer(plan, r), shard_bytes);
     st = agmm_symm_barrier_host(plan->ctx, "ag_matmul/nccl closing barrier");
     if (st != AGMM_SUCCESS)
         return st;
@@ -116,7 +116,7 @@ static agmm_status gpu_run(agmm_plan *plan, const void *vio, void *stream)
     cudaStream_t s = (cudaStream_t)stream;
     ncclComm_t comm = agmm_ctx_gpu(plan->ctx)->nccl_comm;
     AGMM_NCCL_TRY(st, err, comm,
-                  ncclAllGather(plan->input->local, io->a_gathered, (size_t)(d->m * d->k), ncclBfloat16, comm, s));
+                  ncclAllGather(agmm_plan_in(plan), io->a_gathered, (size_t)(d->m * d->k), ncclBfloat16, comm, s));
     AGMM_TRY(st, agmm_gemm_lt_run(x->gemm, io->a_gathered, io->b, io->c, x->workspace, s, err));
     AGMM_TRY(st, agmm_gpu_note_run(plan->ctx, s));
 fail:

@@ -58,14 +58,17 @@ void agmm_ar_cpu_sum_destroy(agmm_plan *plan)
 agmm_status agmm_ar_cpu_sum_run(agmm_plan *plan, const agmm_all_reduce_io *io, const char *what)
 {
     const agmm_all_reduce_desc *d = &plan->desc.ar;
-    int in_place = io->out == plan->input->local;
+    int in_place = io->out == agmm_plan_in(plan);
     char name[96];
     snprintf(name, sizeof name, "%s opening barrier", what);
     agmm_status st = agmm_symm_barrier_host(plan->ctx, name);
     if (st != AGMM_SUCCESS)
         return st;
-    agmm_ar_cpu_sum(plan->input->peer, agmm_ctx_info(plan->ctx)->nranks, d->dtype, 0, d->n,
-                    in_place ? plan->state : io->out);
+    void *in[AGMM_MAX_RANKS];
+    const int nranks = agmm_ctx_info(plan->ctx)->nranks;
+    for (int r = 0; r < nranks; r++)
+        in[r] = agmm_plan_in_peer(plan, r);
+    agmm_ar_cpu_sum(in, nranks, d->dtype, 0, d->n, in_place ? plan->state : io->out);
     snprintf(name, sizeof name, "%s closing barrier", what);
     st = agmm_symm_barrier_host(plan->ctx, name);
     if (st != AGMM_SUCCESS)

@@ -44,7 +44,7 @@ static agmm_status gpu_run(agmm_plan *plan, const void *vio, void *stream)
     ncclComm_t comm = agmm_ctx_gpu(plan->ctx)->nccl_comm;
     cudaStream_t s = (cudaStream_t)stream;
     AGMM_NCCL_TRY(st, agmm_ctx_err(plan->ctx), comm,
-                  ncclAllReduce(plan->input->local, io->out, (size_t)d->n, agmm_nccl_type(d->dtype), ncclSum, comm, s));
+                  ncclAllReduce(agmm_plan_in(plan), io->out, (size_t)d->n, agmm_nccl_type(d->dtype), ncclSum, comm, s));
     AGMM_TRY(st, agmm_gpu_note_run(plan->ctx, s));
 fail:
     return st;

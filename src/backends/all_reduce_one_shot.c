@@ -98,10 +98,11 @@ static agmm_status gpu_run(agmm_plan *plan, const void *vio, void *stream)
     const agmm_rank_info *ri = agmm_ctx_info(ctx);
     const agmm_gpu_rank *g = agmm_ctx_gpu(ctx);
     one_shot_impl *im = plan->state;
-    const int in_place = io->out == plan->input->local; /* plan.c refused a partial overlap */
+    const int in_place = io->out == agmm_plan_in(plan); /* the op's io check refused a partial overlap */
 
     agmm_all_reduce_args a = {0};
-    a.in = plan->input->d_peer;
+    a.in = plan->in->d_peer;
+    a.in_offset = plan->in_offset;
     a.res = NULL;
     a.pad = im->pad->d_peer;
     a.out = io->out;

@@ -52,7 +52,10 @@ static agmm_status cpu_run(agmm_plan *plan, const void *vio, void *stream)
     if (st != AGMM_SUCCESS)
         return st;
     int64_t lo = (int64_t)rank * n / nranks, hi = (int64_t)(rank + 1) * n / nranks;
-    agmm_ar_cpu_sum(plan->input->peer, nranks, d->dtype, lo, hi, (char *)scratch->local + (size_t)lo * es);
+    void *in[AGMM_MAX_RANKS];
+    for (int r = 0; r < nranks; r++)
+        in[r] = agmm_plan_in_peer(plan, r);
+    agmm_ar_cpu_sum(in, nranks, d->dtype, lo, hi, (char *)scratch->local + (size_t)lo * es);
     st = agmm_symm_barrier_host(plan->ctx, "all_reduce/two_shot reduce-scatter barrier");
     if (st != AGMM_SUCCESS)
         return st;
@@ -145,7 +148,8 @@ static agmm_status gpu_run(agmm_plan *plan, const void *vio, void *stream)
 
     /* In place needs nothing special here: see the kernel's step 2 and 4. */
     agmm_all_reduce_args a = {0};
-    a.in = plan->input->d_peer;
+    a.in = plan->in->d_peer;
+    a.in_offset = plan->in_offset;
     a.res = im->res->d_peer;
     a.pad = im->pad->d_peer;
     a.out = io->out;

@@ -62,9 +62,24 @@ struct agmm_plan {
         agmm_all_reduce_desc ar;   /* op == AGMM_OP_ALL_REDUCE */
     } desc;
     agmm_symm_buf *input;          /* symmetric: A_r (m x k bf16) or the all_reduce vector */
+    /* Where the current run reads its input (set by plan.c before every run): the plan's own
+     * buffer at offset 0, or the caller's symmetric buffer holding io.input, at the offset io.input
+     * has on every rank. Runs use these (agmm_plan_in*), create/destroy use `input`. */
+    const agmm_symm_buf *in;
+    size_t in_offset;
     uint32_t epoch;                /* runs so far, this one included; equal on every rank */
     void *state;                   /* the implementation's own */
 };
+
+/* This run's input on this rank, and on rank r as this rank addresses it. */
+static inline void *agmm_plan_in(const agmm_plan *p)
+{
+    return (char *)p->in->local + p->in_offset;
+}
+static inline void *agmm_plan_in_peer(const agmm_plan *p, int r)
+{
+    return (char *)p->in->peer[r] + p->in_offset;
+}
 
 /* The table (table.c). */
 /* Backend `index` of `op` in table order, or NULL past the end. */

@@ -51,7 +51,7 @@ static agmm_status queue_copies(agmm_plan *plan, agmm_gather_cpu *g, uint16_t *a
             g->copy_done_ns[chunk] = 0;
             agmm_cpu_copy_job job = {
                 .dst = a_gathered + ((int64_t)src * d->m + row0) * d->k,
-                .src = (const uint16_t *)plan->input->peer[src] + row0 * d->k,
+                .src = (const uint16_t *)agmm_plan_in_peer(plan, src) + row0 * d->k,
                 .bytes = (size_t)(rows * d->k) * sizeof(uint16_t),
                 .flag = g->flags + (size_t)chunk * AGMM_CPU_FLAG_STRIDE,
                 .epoch = plan->epoch,
@@ -65,7 +65,7 @@ static agmm_status queue_copies(agmm_plan *plan, agmm_gather_cpu *g, uint16_t *a
     }
     agmm_cpu_copy_job local = {
         .dst = a_gathered + (int64_t)ri->rank * d->m * d->k,
-        .src = plan->input->local,
+        .src = agmm_plan_in(plan),
         .bytes = (size_t)(d->m * d->k) * sizeof(uint16_t),
     };
     return agmm_cpu_ce_submit(g->ce, &local);

@@ -50,7 +50,6 @@ agmm_status agmm_gather_gpu_run(agmm_plan *plan, agmm_gather_gpu *g, const agmm_
     cudaStream_t c = agmm_ctx_gpu(ctx)->copy_stream;
     const size_t a_row = (size_t)d->k * 2;
     char *ag = io->a_gathered;
-    char *const *shard = (char *const *)plan->input->peer;
 
     AGMM_CUDA_TRY(st, err, cudaEventRecord(g->ev_in, s));
     AGMM_CUDA_TRY(st, err, cudaStreamWaitEvent(c, g->ev_in, 0));
@@ -66,12 +65,13 @@ agmm_status agmm_gather_gpu_run(agmm_plan *plan, agmm_gather_gpu *g, const agmm_
             int64_t row0 = (int64_t)src * d->m + r0;
             if (chunk == g->delay_chunk)
                 AGMM_CUDA_TRY(st, err, agmm_launch_delay(g->delay_ns, c));
-            AGMM_CUDA_TRY(st, err, cudaMemcpyAsync(ag + (size_t)row0 * a_row, shard[src] + (size_t)r0 * a_row,
+            AGMM_CUDA_TRY(st, err, cudaMemcpyAsync(ag + (size_t)row0 * a_row,
+                                                   (const char *)agmm_plan_in_peer(plan, src) + (size_t)r0 * a_row,
                                                    (size_t)rows * a_row, cudaMemcpyDeviceToDevice, c));
             AGMM_TRY(st, hooks->landed(plan, io, chunk, row0, rows, s, c, arg));
         }
     }
-    AGMM_CUDA_TRY(st, err, cudaMemcpyAsync(ag + (size_t)(ri->rank * d->m) * a_row, plan->input->local,
+    AGMM_CUDA_TRY(st, err, cudaMemcpyAsync(ag + (size_t)(ri->rank * d->m) * a_row, agmm_plan_in(plan),
                                            (size_t)d->m * a_row, cudaMemcpyDeviceToDevice, c));
     AGMM_TRY(st, agmm_symm_barrier_stream(ctx, c));
     AGMM_CUDA_TRY(st, err, cudaEventRecord(g->ev_done, c));

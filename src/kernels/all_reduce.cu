@@ -231,7 +231,7 @@ __global__ void __launch_bounds__(kThreads, 1) all_reduce_one_shot_kernel(const 
 {
     __shared__ const unsigned char *s_in[AGMM_MAX_RANKS];
     for (int p = threadIdx.x; p < a.nranks; p += kThreads)
-        s_in[p] = static_cast<const unsigned char *>(a.in[p]);
+        s_in[p] = static_cast<const unsigned char *>(a.in[p]) + a.in_offset;
     /* Opening barrier (its __syncthreads also publishes s_in to the block). Inputs were written
      * by earlier work on each rank's stream, complete before that rank's kernel started. */
     if (!block_barrier(a, 2u * a.epoch - 1u))
@@ -287,7 +287,7 @@ __global__ void __launch_bounds__(kThreads, 1) all_reduce_two_shot_kernel(const 
     const int64_t nvec = (a.n + lanes<T>::kVec - 1) / lanes<T>::kVec;
     for (int p = threadIdx.x; p <= W; p += kThreads) {
         if (p < W) {
-            s_in[p] = static_cast<const unsigned char *>(a.in[p]);
+            s_in[p] = static_cast<const unsigned char *>(a.in[p]) + a.in_offset;
             s_res[p] = static_cast<const uint4 *>(a.res[p]);
         }
         s_lo[p] = nvec * p / W;   /* slice p is vectors [s_lo[p], s_lo[p+1]) */

@@ -57,7 +57,8 @@ typedef enum {
 } agmm_ar_stage;
 
 typedef struct {
-    void *const *in;      /* device table: every rank's symmetric input (plan->input->d_peer) */
+    void *const *in;      /* device table: every rank's symmetric input buffer */
+    size_t in_offset;     /* where the input starts in each of them (the same on every rank) */
     void *const *res;     /* two_shot: device table of every rank's symmetric result buffer
                              (ceil(n/VEC) vectors); NULL for one_shot */
     void *const *pad;     /* device table: every rank's signal pad */

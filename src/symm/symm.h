@@ -38,6 +38,16 @@ agmm_status agmm_symm_alloc(agmm_ctx *ctx, size_t bytes, agmm_symm_buf **buf);
  * frees. */
 void agmm_symm_free(agmm_ctx *ctx, agmm_symm_buf *buf);
 
+/* The caller's buffers (agmm_symmetric_alloc): the heap keeps a list of them, so that a run can
+ * find the buffer a pointer belongs to, and frees those left at detach (in allocation order, the
+ * same on every rank). alloc and free are collective; find is local. */
+agmm_status agmm_symm_user_alloc(agmm_ctx *ctx, size_t bytes, agmm_symm_buf **buf);
+/* The caller's buffer holding all of [ptr, ptr + bytes), or NULL. */
+const agmm_symm_buf *agmm_symm_user_find(const agmm_ctx *ctx, const void *ptr, size_t bytes);
+/* Frees the caller's buffer that starts at ptr; AGMM_ERR_INVALID_ARG (before any collective step)
+ * if no buffer starts there. */
+agmm_status agmm_symm_user_free(agmm_ctx *ctx, void *ptr);
+
 /* "NCCL windows", "in-process GPU memory" or "host memory": for logs and banners. */
 const char *agmm_symm_kind(const agmm_ctx *ctx);
 

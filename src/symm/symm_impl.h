@@ -13,6 +13,8 @@ typedef struct {
     void *nccl_dev;            /* ncclDevComm * (symm_lsa.cu) where kind == AGMM_SYMM_NCCL */
     agmm_symm_buf *pad;        /* the signal pad: AGMM_MAX_RANKS uint32 slots per rank */
     uint32_t barrier_epoch;    /* pad barriers this rank has entered */
+    agmm_symm_buf **user;      /* the caller's buffers, in allocation order */
+    int nuser, user_cap;
 } agmm_symm_state;
 
 static inline agmm_symm_state *agmm_symm_state_of(const agmm_ctx *ctx)
