@@ -563,7 +563,8 @@ static int model_config(const agmm_gemm_desc *d, int ctas)
 
 /* The measured table (gemm_configs.h): the config of the nearest measured shape, where one lies
  * within MEASURED_RADIUS (summed |log2| distance of rows, n and k) and the plan has the whole
- * GPU, as when it was measured. -1: none applies. */
+ * GPU, as when it was measured, or all but the one SM that fused leaves free for its signalling
+ * kernels. -1: none applies. */
 #define MEASURED_RADIUS 0.3
 typedef struct {
     double rows, n, k;
@@ -575,7 +576,7 @@ static const measured_row k_measured[] = {AGMM_GEMM_MEASURED(MEASURED_ROW){0, 0,
 
 static int measured_config(const agmm_gemm_desc *d, int ctas, int sms)
 {
-    if (ctas != sms)
+    if (ctas < sms - 1)
         return -1;
     const double rows = (double)(d->nranks * d->m), n = (double)d->n, k = (double)d->k;
     const measured_row *best = NULL;
