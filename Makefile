@@ -40,12 +40,15 @@ LIB_C   := $(foreach l,$(LAYERS),$(wildcard src/$(l)/*.c))
 LIB_CU  := $(if $(filter 1,$(CUDA)),$(foreach l,$(LAYERS),$(wildcard src/$(l)/*.cu)))
 LIB_OBJ := $(LIB_C:%.c=$(BUILD)/%.o) $(LIB_CU:%.cu=$(BUILD)/%.o)
 
-TEST_C     := $(wildcard tests/test_*.c) tests/harness.c
+TEST_C     := $(filter-out tests/test_process.c,$(wildcard tests/test_*.c)) tests/harness.c
+# One rank of a process world, started N times by tests/process_test.sh (and bench/process_run.sh).
+PROCTEST_C := tests/test_process.c tests/test_cpu_backends.c tests/harness.c
 GPUTEST_C  := $(wildcard tests/gpu/*.c) tests/harness.c
 BENCH_C    := $(wildcard tools/*.c)
 
 .PHONY: all test gputest clean
-all: $(BUILD)/agmm-bench $(BUILD)/agmm-test $(BUILD)/libagmm.so $(if $(filter 1,$(CUDA)),$(BUILD)/agmm-gputest)
+all: $(BUILD)/agmm-bench $(BUILD)/agmm-test $(BUILD)/agmm-proctest $(BUILD)/libagmm.so \
+     $(if $(filter 1,$(CUDA)),$(BUILD)/agmm-gputest)
 
 $(BUILD)/libagmm.a: $(LIB_OBJ)
 	@mkdir -p $(@D)
@@ -61,6 +64,9 @@ $(BUILD)/agmm-bench: $(BENCH_C:%.c=$(BUILD)/%.o) $(BUILD)/libagmm.a
 $(BUILD)/agmm-test: $(TEST_C:%.c=$(BUILD)/%.o) $(BUILD)/libagmm.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+$(BUILD)/agmm-proctest: $(PROCTEST_C:%.c=$(BUILD)/%.o) $(BUILD)/libagmm.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 $(BUILD)/agmm-gputest: $(GPUTEST_C:%.c=$(BUILD)/%.o) $(BUILD)/libagmm.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -72,8 +78,8 @@ $(BUILD)/%.o: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVFLAGS) -MMD -MP -c -o $@ $<
 
-test: $(BUILD)/agmm-test $(BUILD)/agmm-bench
-	AGMM_BENCH=$(BUILD)/agmm-bench ./tests/run.sh $(BUILD)/agmm-test
+test: $(BUILD)/agmm-test $(BUILD)/agmm-bench $(BUILD)/agmm-proctest
+	AGMM_BENCH=$(BUILD)/agmm-bench AGMM_PROCTEST=$(BUILD)/agmm-proctest ./tests/run.sh $(BUILD)/agmm-test
 
 gputest: $(BUILD)/agmm-gputest
 	$(BUILD)/agmm-gputest

@@ -11,11 +11,13 @@
 extern "C" {
 #endif
 
-/* Creates the device communicator of `comm` (collective over comm). Checks what agmm relies on:
- * no multicast handle, one LSA team spanning the world (one node) with lsaRank == rank.
- * Returns ncclSuccess and *devcomm, or an error with `why` (why_len bytes) saying what failed;
- * then nothing is left allocated. */
+/* Starts creating the device communicator of `comm` (collective over comm): ncclSuccess, or
+ * ncclInProgress on a nonblocking communicator (the caller settles it), with *devcomm set; any
+ * other result with `why` (why_len bytes) saying what failed and nothing left allocated. */
 ncclResult_t agmm_lsa_devcomm_create(ncclComm_t comm, void **devcomm, char *why, size_t why_len);
+/* Once created: checks what agmm relies on (no multicast handle, one LSA team spanning the world
+ * with lsaRank == rank). 0, or -1 with why. */
+int agmm_lsa_devcomm_check(const void *devcomm, char *why, size_t why_len);
 /* Local; NULL-safe. */
 void agmm_lsa_devcomm_destroy(ncclComm_t comm, void *devcomm);
 
