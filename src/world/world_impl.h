@@ -34,7 +34,7 @@ struct agmm_world {
     int device_of[AGMM_MAX_RANKS]; /* CUDA device of each local rank; -1 in the CPU world */
     unsigned caps;             /* AGMM_CAP_* */
     char lacks_nccl[160];      /* why AGMM_CAP_NCCL is missing, "" if present */
-    char lacks_peer[160];      /* why AGMM_CAP_PEER_MEMORY is missing */
+    char lacks_peer[256];      /* why AGMM_CAP_PEER_MEMORY is missing */
     double timeout_s;          /* bound on every wait for a peer */
     int log_level;
     int no_gpu_visible;        /* set by a GPU world that found no device (AUTO takes the CPU) */

@@ -262,7 +262,7 @@ static agmm_status derive_caps(agmm_world *w, agmm_ctx *boot, const join_info *a
         snprintf(why, sizeof why, "NCCL_P2P_DISABLE=%.20s: peer access between the ranks' GPUs is turned off", p2p);
     for (int r = 0; r < w->nranks && !why[0] && w->kind == AGMM_WORLD_EMULATED; r++)
         if (!all[r].gpu.vmm_fd_ok)
-            snprintf(why, sizeof why, "rank %d cannot share GPU memory between processes: %s", r, all[r].gpu.vmm_why);
+            snprintf(why, sizeof why, "rank %d cannot share GPU memory between processes: %.100s", r, all[r].gpu.vmm_why);
     if (why[0]) {
         w->caps &= ~(unsigned)AGMM_CAP_PEER_MEMORY;
         snprintf(w->lacks_peer, sizeof w->lacks_peer, "%s", why);
@@ -298,11 +298,12 @@ static void describe(agmm_world *w, const join_plan *p, const char *device_text)
         snprintf(extra, sizeof extra, "; no peer memory: %s", w->lacks_peer);
     if (w->kind == AGMM_WORLD_CPU)
         snprintf(w->describe, sizeof w->describe,
-                 "device: CPU (a process world); rank %d of %d processes, %s; host memory shared between the "
-                 "processes as symmetric memory%s",
+                 "device: CPU (a process world); rank %d of %d processes, %.160s; host memory shared between the "
+                 "processes as symmetric memory%.300s",
                  w->first_rank, w->nranks, p->who.source, extra);
     else
-        snprintf(w->describe, sizeof w->describe, "%s; rank %d of %d processes, %s%s%s", device_text, w->first_rank,
+        snprintf(w->describe, sizeof w->describe, "%.200s; rank %d of %d processes, %.160s%s%.300s", device_text,
+                 w->first_rank,
                  w->nranks, p->who.source,
                  w->kind == AGMM_WORLD_EMULATED ? "; emulated: the processes share the GPU, no NCCL" : "", extra);
 }
