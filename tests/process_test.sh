@@ -143,6 +143,13 @@ if command -v mpirun >/dev/null; then
     [ $rc -eq 0 ] && [ "$n0" -eq 3 ]
     ok=$?
     check "mpirun -n 3 agmm-proctest: every rank exact (exit $rc, $n0 clean summaries; $(head -c 200 "$tmp/mpi.err"))" $ok
+    mpirun "${root[@]}" --oversubscribe -n 3 "$bench" --world cpu --check --shape 7,264,72 --op ag_matmul \
+        >"$tmp/mpi.out" 2>"$tmp/mpi.err"
+    rc=$?
+    [ $rc -eq 0 ] && [ "$(grep -c 'Best Backend' "$tmp/mpi.out")" -eq 1 ] && grep -q "Open MPI" "$tmp/mpi.out" &&
+        ! grep -qv '^agmm-bench: row ' "$tmp/mpi.err"
+    ok=$?
+    check "mpirun -n 3 agmm-bench: one table (rank 0's), the world from OMPI_COMM_WORLD_*, nothing on stderr but rank 0's progress (exit $rc)" $ok
 else
     echo "SKIP proc: mpirun is not installed (the launcher's variables are tested by hand above)"
     skipped=$((skipped + 1))
