@@ -10,7 +10,8 @@
  *
  * Objects, in the order a caller makes them:
  *   agmm_world  the ranks this process drives: one thread per GPU, emulated ranks sharing a GPU,
- *               or threads on the CPU.
+ *               or threads on the CPU (agmm_world_create); or this process's one rank of a world
+ *               of processes started by torchrun, mpirun or srun (agmm_world_join).
  *   agmm_ctx    one rank of a world: its device, streams, communicator, symmetric heap.
  *   agmm_plan   one operation, shape and backend on one rank: buffers, descriptors and tuning
  *               are set up once here, so each run only enqueues work.
@@ -19,7 +20,12 @@
  *   - Every call returns an agmm_status (or a value that cannot fail); agmm_last_error(ctx) holds
  *     the detail of the last failure on that rank, naming the argument and what is allowed.
  *   - "Collective" means every rank of the world makes the call, in the same order, each from the
- *     thread that owns its context. "Local" means only the calling rank takes part.
+ *     thread that owns its context. "Local" means only the calling rank takes part. A collective
+ *     set-up call (contexts, plans, symmetric memory) that fails on one rank fails on every rank,
+ *     with that rank's reason ("rank 2 failed: ..."), rather than leaving the others waiting.
+ *   - Every wait for a peer is bounded by the world's timeout. A failed meeting (a peer that never
+ *     came, died, or stalled) leaves the world unusable: later collective calls fail at once with
+ *     the first reason; destroy plans, contexts and the world.
  *   - Destroy functions accept NULL and cannot fail.
  *   - Public structs end in a reserved tail that must be zero (initialise them with `= {...}` or
  *     memset): later versions give those bytes meaning without changing the struct's size, and a
@@ -119,7 +125,8 @@ typedef struct agmm_plan agmm_plan;
  * bytes) holds the detail. */
 agmm_status agmm_world_create(agmm_world **world, const agmm_world_config *config, char *errbuf,
                               size_t errbuf_len);
-/* Local. Every context of the world must be destroyed first. */
+/* Local. Every context of the world must be destroyed first. (In a world of processes, peers
+ * still waiting for this rank then fail at once.) */
 void agmm_world_destroy(agmm_world *world);
 agmm_world_kind agmm_world_kind_of(const agmm_world *world);
 int agmm_world_nranks(const agmm_world *world);       /* W */
@@ -180,7 +187,7 @@ typedef struct {
 agmm_status agmm_world_join(agmm_world **world, const agmm_join_config *config, char *errbuf, size_t errbuf_len);
 
 /* Creates the context of global rank `rank` (one of this process's local ranks). Collective over
- * the world: every local rank calls it, each on its own thread (agmm_world_run does this). The
+ * the world: every rank calls it, each on its own thread (agmm_world_run does this). The
  * calling thread is the one that enqueues the rank's work from then on (its CUDA device is made
  * current). Statuses: AGMM_ERR_INVALID_ARG (rank out of range), AGMM_ERR_TIMEOUT (a peer never
  * came), CUDA/NCCL errors. */
@@ -192,7 +199,10 @@ int agmm_ctx_device(const agmm_ctx *ctx);   /* CUDA device ordinal; -1 in the CP
 /* The detail of this rank's last failure, "" if none. Never NULL. Owned by ctx. */
 const char *agmm_last_error(const agmm_ctx *ctx);
 /* Blocks until the work this rank enqueued has finished; reports an asynchronous failure
- * (AGMM_ERR_TIMEOUT naming the peer, op and chunk, or a CUDA error). Local. */
+ * (AGMM_ERR_TIMEOUT naming the peer, op and chunk, or a CUDA error). Local. Bounded: where the rank
+ * has an NCCL communicator, work still unfinished after the world's timeout (an NCCL operation
+ * waiting for a peer that died or stalled) gives AGMM_ERR_TIMEOUT, the communicator is aborted
+ * (unless borrowed) and the world is unusable; so time a long queue of runs against it. */
 agmm_status agmm_ctx_sync(agmm_ctx *ctx);
 
 /* Runs fn(ctx_of_rank, arg) on one thread per local rank, after creating each rank's context,

@@ -134,6 +134,21 @@ for r in 0 1 2; do
 done
 check "3 processes claiming hosts node0/node1 (AGMM_HOSTNAME): symmetric backends skipped (\"ranks span nodes\"), auto = nccl, nccl exact (exit ${RC[*]})" $ok
 
+# Explicit ranks and an id sent over the caller's own channel (a file here), no launcher.
+pids=()
+for r in 0 1 2; do
+    env -u RANK -u WORLD_SIZE "$proctest" --world cpu --rank $r --nranks 3 --id-file "$tmp/id" >"$tmp/id.$r" 2>&1 &
+    pids+=($!)
+done
+rcs=""
+for p in "${pids[@]}"; do
+    wait "$p"
+    rcs="$rcs$?"
+done
+[ "$rcs" = 000 ] && [ "$(cat "$tmp"/id.? | grep -c '^[0-9]* passed, 0 failed')" -eq 3 ] && grep -q "rank=1, nranks=3" "$tmp/id.1"
+ok=$?
+check "agmm_unique_id_create + agmm_world_join with rank, nranks and the id (3 processes, no launcher): every rank exact (exit $rcs)" $ok
+
 if command -v mpirun >/dev/null; then
     root=()
     [ "$(id -u)" -eq 0 ] && root=(--allow-run-as-root)

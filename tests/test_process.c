@@ -7,11 +7,15 @@
  * input from caller-owned symmetric memory; with --expect-span, that a world whose ranks claim
  * different hosts offers only the backends that need no peer memory, and that `auto` takes
  * nccl. Each rank prints its own PASS/FAIL lines, prefixed with its rank, and the summary.
+ * With --rank, --nranks and --id-file the world is joined explicitly, as a framework would: rank 0
+ * makes an agmm_unique_id and writes it to the file (the caller's own channel), the others read it.
  *
- *   agmm-proctest [--world cpu|gpu|emulated|auto] [--timeout S] [--expect-span] */
+ *   agmm-proctest [--world cpu|gpu|emulated|auto] [--timeout S] [--expect-span]
+ *                 [--rank R --nranks N --id-file FILE] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "agmm.h"
 #include "core/numeric.h"
@@ -280,18 +284,51 @@ static void test_span(void)
 static int usage(const char *what)
 {
     fprintf(stderr, "agmm-proctest: %s\nusage: agmm-proctest [--world cpu|gpu|emulated|auto] [--timeout S] "
-                    "[--expect-span]\n", what);
+                    "[--expect-span] [--rank R --nranks N --id-file FILE]\n", what);
     return 2;
+}
+
+/* The id through a file: rank 0 makes and writes it (whole, by a rename), the others wait for it
+ * (up to 20 s). 0 on success. */
+static int share_id(agmm_world_kind kind, int rank, const char *path, agmm_unique_id *id)
+{
+    if (rank == 0) {
+        char tmp[512];
+        snprintf(tmp, sizeof tmp, "%s.tmp", path);
+        FILE *f = fopen(tmp, "wb");
+        int ok = agmm_unique_id_create(kind, id) == AGMM_SUCCESS && f && fwrite(id, sizeof *id, 1, f) == 1;
+        if (f)
+            ok &= fclose(f) == 0;
+        return ok && rename(tmp, path) == 0 ? 0 : -1;
+    }
+    for (int i = 0; i < 2000; i++) {
+        FILE *f = fopen(path, "rb");
+        if (f) {
+            size_t got = fread(id, sizeof *id, 1, f);
+            fclose(f);
+            return got == 1 ? 0 : -1;
+        }
+        struct timespec t = {0, 10000000};
+        nanosleep(&t, NULL);
+    }
+    return -1;
 }
 
 int main(int argc, char **argv)
 {
     agmm_join_config jc = {.kind = AGMM_WORLD_CPU, .rank = -1, .nranks = -1, .device = -1, .timeout_s = 10};
     int expect_span = 0;
+    const char *id_file = NULL;
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : "";
         if (!strcmp(argv[i], "--expect-span"))
             expect_span = 1;
+        else if (!strcmp(argv[i], "--rank") && *v)
+            jc.rank = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--nranks") && *v)
+            jc.nranks = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--id-file") && *v)
+            id_file = argv[++i];
         else if (!strcmp(argv[i], "--timeout") && atof(v) > 0)
             jc.timeout_s = atof(argv[++i]);
         else if (!strcmp(argv[i], "--world") && !strcmp(v, "cpu"))
@@ -304,6 +341,13 @@ int main(int argc, char **argv)
             jc.kind = AGMM_WORLD_AUTO, i++;
         else
             return usage(argv[i]);
+    }
+    agmm_unique_id id;
+    if (id_file != NULL) {
+        if (!agmm_check(share_id(jc.kind, jc.rank, id_file, &id) == 0, "rank %d: the unique id through %s", jc.rank,
+                        id_file))
+            return agmm_test_summary();
+        jc.id = &id;
     }
     char err[768] = "";
     agmm_status st = agmm_world_join(&P.world, &jc, err, sizeof err);

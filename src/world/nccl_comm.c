@@ -166,11 +166,16 @@ fail:
     return st;
 }
 
-agmm_status agmm_world_gpu_join_nccl(agmm_world *w, const void *nccl_id, void *comm, int allow_nvls, agmm_error *err)
+agmm_status agmm_world_gpu_join_nccl(agmm_world *w, const void *nccl_id, void *comm, int allow_nvls, char *text,
+                                     size_t text_len, agmm_error *err)
 {
     agmm_status st = AGMM_SUCCESS;
     struct agmm_world_gpu *g = w->gpu;
     AGMM_TRY(st, agmm_nccl_guards(g, allow_nvls, err));
+    size_t used = strlen(text);
+    char nccl[48];
+    agmm_nccl_text(w, allow_nvls, nccl, sizeof nccl);
+    snprintf(text + used, text_len - used, "; %s%s", nccl, comm ? " (the caller's communicator)" : "");
     if (comm != NULL) {
         AGMM_TRY(st, check_borrowed(w, (ncclComm_t)comm, err));
         g->comms[0] = (ncclComm_t)comm;

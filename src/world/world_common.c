@@ -29,8 +29,8 @@ agmm_status agmm_world_gpu_join_device(agmm_world *world, int device, agmm_gpu_j
     world->no_gpu_visible = 1;
     return AGMM_FAIL(err, AGMM_ERR_UNSUPPORTED, "no GPU visible: this agmm was built without CUDA");
 }
-agmm_status agmm_world_gpu_join_nccl(agmm_world *world, const void *nccl_id, void *comm, int allow_nvls,
-                                     agmm_error *err)
+agmm_status agmm_world_gpu_join_nccl(agmm_world *world, const void *nccl_id, void *comm, int allow_nvls, char *text,
+                                     size_t text_len, agmm_error *err)
 {
     return AGMM_FAIL(err, AGMM_ERR_UNSUPPORTED, "this agmm was built without CUDA");
 }

@@ -92,12 +92,13 @@ typedef struct {
     char vmm_why[200];         /* why not */
 } agmm_gpu_join_info;
 /* A process world's GPU part, in steps (world_join.c calls them in this order): the device
- * (and for emulated worlds the VMM handle probe), local, with a line for the banner in `text`; then the NCCL communicator from
- * `nccl_id` (ncclUniqueId bytes) or the borrowed `comm`, collective, bounded. */
+ * (and for emulated worlds the VMM handle probe), local, with a line for the banner in `text`;
+ * then the NCCL communicator from `nccl_id` (ncclUniqueId bytes) or the borrowed `comm`,
+ * collective, bounded, adding NCCL's version to `text`. */
 agmm_status agmm_world_gpu_join_device(agmm_world *world, int device, agmm_gpu_join_info *info, char *text,
                                        size_t text_len, agmm_error *err);
-agmm_status agmm_world_gpu_join_nccl(agmm_world *world, const void *nccl_id, void *comm, int allow_nvls,
-                                     agmm_error *err);
+agmm_status agmm_world_gpu_join_nccl(agmm_world *world, const void *nccl_id, void *comm, int allow_nvls, char *text,
+                                     size_t text_len, agmm_error *err);
 /* Visible CUDA devices; 0 without a driver or a GPU (or CUDA in the build). */
 int agmm_world_gpu_count(void);
 /* ncclGetUniqueId into `out` (NCCL_UNIQUE_ID_BYTES; it honours NCCL_COMM_ID). */

@@ -27,6 +27,7 @@
 
 #define ID_MAGIC "agmm-id"
 #define NCCL_ID_BYTES 128
+#define JOIN_GPU_MIN_S 60.0
 
 typedef struct {
     char magic[8];
@@ -320,7 +321,7 @@ static agmm_status join(agmm_world *w, const agmm_join_config *c, const join_pla
 
     if (p->multi_host) {
         /* Across hosts the ranks meet through NCCL alone: its communicator comes first. */
-        unsigned char nccl_id[NCCL_ID_BYTES];
+        unsigned char nccl_id[NCCL_ID_BYTES] = {0};
         if (p->id == NULL && c->nccl_comm == NULL) {
             if (p->nccl_comm_id[0] == '\0')
                 return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
@@ -333,13 +334,20 @@ static agmm_status join(agmm_world *w, const agmm_join_config *c, const join_pla
             AGMM_TRY(st, agmm_world_gpu_nccl_id(nccl_id, sizeof nccl_id, err));
         }
         AGMM_TRY(st, agmm_world_gpu_join_device(w, p->device, &mine.gpu, device_text, sizeof device_text, err));
-        AGMM_TRY(st, agmm_world_gpu_join_nccl(w, p->id ? p->id->nccl : nccl_id, c->nccl_comm, c->allow_nvls, err));
+        AGMM_TRY(st, agmm_world_gpu_join_nccl(w, p->id ? p->id->nccl : nccl_id, c->nccl_comm, c->allow_nvls,
+                                              device_text, sizeof device_text, err));
         AGMM_TRY(st, agmm_host_nccl_init(w, err));
     } else {
         AGMM_TRY(st, agmm_host_procs_init(w, &p->who, err));
     }
 
-    /* From here on every failure is agreed: the peers are reachable. */
+    /* From here on every failure is agreed: the peers are reachable. Every rank has arrived, so
+     * what is left to wait for is peers starting CUDA and NCCL (seconds where several processes
+     * load every kernel into one GPU): bounded as NCCL's own set-up is, by at least 60 s. A peer
+     * that dies meanwhile is still seen at once. */
+    const double timeout_s = w->timeout_s;
+    if (gpu && w->timeout_s < JOIN_GPU_MIN_S)
+        w->timeout_s = JOIN_GPU_MIN_S;
     agmm_ctx boot = {.world = w};
     boot.info = (agmm_rank_info){.kind = w->kind, .rank = w->first_rank, .nranks = w->nranks, .device = -1,
                                  .timeout_s = w->timeout_s, .log_level = w->log_level, .processes = 1};
@@ -365,10 +373,12 @@ static agmm_status join(agmm_world *w, const agmm_join_config *c, const join_pla
         st = agree_peer_access(w, &boot, all);
     if (st == AGMM_SUCCESS && p->kind == AGMM_WORLD_GPU && !p->multi_host) {
         const void *nccl_id = p->id ? (const void *)p->id->nccl : all[0].has_nccl_id ? all[0].nccl_id : NULL;
-        local = agmm_world_gpu_join_nccl(w, nccl_id, c->nccl_comm, c->allow_nvls, &boot.err);
+        local = agmm_world_gpu_join_nccl(w, nccl_id, c->nccl_comm, c->allow_nvls, device_text, sizeof device_text,
+                                         &boot.err);
         st = agmm_host_agree(&boot, local);
     }
     free(all);
+    w->timeout_s = timeout_s;
     if (st != AGMM_SUCCESS) {
         *err = boot.err;
         return st;
