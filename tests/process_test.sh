@@ -134,20 +134,15 @@ for r in 0 1 2; do
 done
 check "3 processes claiming hosts node0/node1 (AGMM_HOSTNAME): symmetric backends skipped (\"ranks span nodes\"), auto = nccl, nccl exact (exit ${RC[*]})" $ok
 
-# Explicit ranks and an id sent over the caller's own channel (a file here), no launcher.
-pids=()
-for r in 0 1 2; do
-    env -u RANK -u WORLD_SIZE "$proctest" --world cpu --rank $r --nranks 3 --id-file "$tmp/id" >"$tmp/id.$r" 2>&1 &
-    pids+=($!)
-done
-rcs=""
-for p in "${pids[@]}"; do
-    wait "$p"
-    rcs="$rcs$?"
-done
-[ "$rcs" = 000 ] && [ "$(cat "$tmp"/id.? | grep -c '^[0-9]* passed, 0 failed')" -eq 3 ] && grep -q "rank=1, nranks=3" "$tmp/id.1"
+# Explicit ranks and an id sent over the caller's own channel (a file here): no launcher's
+# variables reach the processes.
+start 3 "0 1 2" -- sh -c 'r=$RANK; exec env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u LOCAL_WORLD_SIZE "$0" "$@" --rank $r' \
+    "$proctest" --world cpu --nranks 3 --id-file "$tmp/id"
+finish
+[ "${RC[0]}${RC[1]}${RC[2]}" = 000 ] && [ "$(cat "$OUT".?.out | grep -c '^[0-9]* passed, 0 failed')" -eq 3 ] &&
+    grep -q "rank=1, nranks=3" "$OUT.1.out"
 ok=$?
-check "agmm_unique_id_create + agmm_world_join with rank, nranks and the id (3 processes, no launcher): every rank exact (exit $rcs)" $ok
+check "agmm_unique_id_create + agmm_world_join with rank, nranks and the id (3 processes, no launcher): every rank exact (exit ${RC[*]})" $ok
 
 if command -v mpirun >/dev/null; then
     root=()

@@ -150,9 +150,6 @@ agmm_status agmm_ext_barrier(agmm_ctx *ctx)
 agmm_status agmm_ext_exchange(agmm_ctx *ctx, const void *mine, size_t bytes, void *all)
 {
     agmm_error_clear(agmm_ctx_err(ctx));
-    if (bytes > AGMM_HOST_SLOT_BYTES)
-        return AGMM_FAIL(agmm_ctx_err(ctx), AGMM_ERR_INVALID_ARG, "bytes=%zu: at most %d per rank", bytes,
-                         AGMM_HOST_SLOT_BYTES);
     return agmm_host_exchange(ctx, mine, bytes, all);
 }
 

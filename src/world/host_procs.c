@@ -257,9 +257,6 @@ static agmm_status procs_exchange(agmm_ctx *ctx, uint32_t tag, const void *mine,
 {
     agmm_world *w = ctx->world;
     procs_state *ps = w->host_state;
-    if (bytes > AGMM_HOST_SLOT_BYTES)
-        return AGMM_FAIL(&ctx->err, AGMM_ERR_INTERNAL, "exchange of %zu bytes exceeds the %d-byte slot", bytes,
-                         AGMM_HOST_SLOT_BYTES);
     uint32_t s = ++ps->seq;
     char what[64];
     snprintf(what, sizeof what, "host %s #%u", tag & 1 ? "exchange" : "barrier", tag >> 1);

@@ -66,9 +66,6 @@ static agmm_status threads_exchange(agmm_ctx *ctx, uint32_t tag, const void *min
 {
     agmm_world *w = ctx->world;
     threads_state *s = w->host_state;
-    if (bytes > AGMM_HOST_SLOT_BYTES)
-        return AGMM_FAIL(&ctx->err, AGMM_ERR_INTERNAL, "exchange of %zu bytes exceeds the %d-byte slot", bytes,
-                         AGMM_HOST_SLOT_BYTES);
     pthread_mutex_lock(&s->mu);
     s->tags[ctx->info.local_rank] = tag;
     memcpy(s->slots + (size_t)ctx->info.local_rank * AGMM_HOST_SLOT_BYTES, mine, bytes);

@@ -216,6 +216,9 @@ agmm_status agmm_host_barrier(agmm_ctx *ctx)
 
 agmm_status agmm_host_exchange(agmm_ctx *ctx, const void *mine, size_t bytes, void *all)
 {
+    if (bytes > AGMM_HOST_SLOT_BYTES)
+        return AGMM_FAIL(&ctx->err, AGMM_ERR_INVALID_ARG, "bytes=%zu: a host exchange carries at most %d per rank",
+                         bytes, AGMM_HOST_SLOT_BYTES);
     agmm_status st = usable(ctx);
     if (st != AGMM_SUCCESS)
         return st;

@@ -14,7 +14,7 @@ struct agmm_gpu_rank;    /* rank_gpu.h: a GPU rank's streams, cuBLASLt handle, e
 /* How the ranks of a world meet on the host: one implementation per way ranks are launched
  * (threads of one process: host_threads.c; processes on one host: host_procs.c; processes on
  * several hosts: host_nccl.c). The calls are collective and bounded by the world's timeout;
- * `tag` identifies the call (world_common.c), `bytes` <= AGMM_HOST_SLOT_BYTES. exchange_fds is
+ * `tag` identifies the call (world_common.c), `bytes` <= AGMM_HOST_SLOT_BYTES (checked there). exchange_fds is
  * NULL where ranks cannot pass descriptors. fini is local. */
 typedef struct {
     agmm_status (*exchange)(agmm_ctx *ctx, uint32_t tag, const void *mine, size_t bytes, void *all);
