@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Worlds of processes on the GPU machine, in one call of a few minutes (docs/processes.md):
 #   1. torchrun --no-python --nproc-per-node 1 with the GPU world: agmm-bench, and agmm-proctest
-#      (every backend exact on odd shapes); mpirun -n 1 too where Open MPI is installed;
+#      (every backend exact on odd shapes); the explicit join (agmm_unique_id through a file) on
+#      the GPU world and on 2 emulated processes; mpirun -n 1 where Open MPI is installed;
 #   2. emulated ranks as processes on one GPU (CUDA VMM memory passed as file descriptors): 2, 3,
 #      4 and 8 processes of agmm-proctest, every symmetric backend exact on odd shapes; then a
 #      kill -9 of one of 4 processes mid-sweep: the others exit 1 naming it, within the timeout + 1 s;
@@ -80,6 +81,27 @@ if command -v torchrun >/dev/null; then
 else
     say "SKIP torchrun is not installed"
 fi
+echo "== explicit join: agmm_unique_id through a file, W=1 GPU and W=2 emulated" >>"$LOG"
+idf=$(mktemp -u)
+out=$(env -u RANK -u WORLD_SIZE timeout 120 "$P" --world gpu --rank 0 --nranks 1 --id-file "$idf" 2>&1)
+rc=$?
+echo "$out" >>"$LOG"
+result "explicit id, GPU world W=1" $rc "$(echo "$out" | grep -E '^[0-9]+ passed' | tail -n 1)"
+rm -f "$idf"
+pids=()
+for r in 0 1; do
+    env -u RANK -u WORLD_SIZE timeout 150 "$P" --world emulated --timeout 30 --rank $r --nranks 2 --id-file "$idf" \
+        >"$OUT/e.$r" 2>&1 &
+    pids[$r]=$!
+done
+wait "${pids[0]}"
+rc0=$?
+wait "${pids[1]}"
+rc1=$?
+cat "$OUT"/e.? >>"$LOG"
+[ $rc0 -eq 0 ] && [ $rc1 -eq 0 ]
+result "explicit id, emulated processes W=2" $? "exit $rc0 $rc1; $(grep -hE '^[0-9]+ passed' "$OUT"/e.? | head -n 1)"
+rm -f "$OUT"/e.? "$idf"
 if command -v mpirun >/dev/null; then
     echo "== mpirun -n 1 agmm-proctest" >>"$LOG"
     out=$(timeout 120 mpirun --allow-run-as-root -n 1 "$P" --world gpu 2>&1)

@@ -51,13 +51,12 @@ extern "C" int agmm_lsa_devcomm_check(const void *devcomm, char *why, size_t why
     return -1;
 }
 
-extern "C" void agmm_lsa_devcomm_destroy(ncclComm_t comm, void *devcomm)
+extern "C" ncclResult_t agmm_lsa_devcomm_destroy(ncclComm_t comm, void *devcomm)
 {
-    if (devcomm == NULL)
-        return;
-    ncclDevCommDestroy(comm, (ncclDevComm *)devcomm);
-    free(devcomm);
+    return devcomm == NULL ? ncclSuccess : ncclDevCommDestroy(comm, (ncclDevComm *)devcomm);
 }
+
+extern "C" void agmm_lsa_devcomm_free(void *devcomm) { free(devcomm); }
 
 /* Grid 1 x 64: thread p resolves rank p (LSA rank == world rank on one node, checked above). */
 __global__ void lsa_resolve_kernel(ncclWindow_t win, void **table, int nranks)

@@ -18,8 +18,11 @@ ncclResult_t agmm_lsa_devcomm_create(ncclComm_t comm, void **devcomm, char *why,
 /* Once created: checks what agmm relies on (no multicast handle, one LSA team spanning the world
  * with lsaRank == rank). 0, or -1 with why. */
 int agmm_lsa_devcomm_check(const void *devcomm, char *why, size_t why_len);
-/* Local; NULL-safe. */
-void agmm_lsa_devcomm_destroy(ncclComm_t comm, void *devcomm);
+/* Starts destroying the device communicator (ncclSuccess, or ncclInProgress on a nonblocking
+ * communicator: the caller settles it, then calls agmm_lsa_devcomm_free). NULL-safe. */
+ncclResult_t agmm_lsa_devcomm_destroy(ncclComm_t comm, void *devcomm);
+/* Frees what agmm_lsa_devcomm_create allocated, once NCCL is done with it. NULL-safe. */
+void agmm_lsa_devcomm_free(void *devcomm);
 
 /* Enqueues a one-block kernel writing ncclGetLsaPointer(win, 0, p) into d_table[p], p < nranks
  * (<= 64): every rank's buffer of this window in NCCL's flat address space. */

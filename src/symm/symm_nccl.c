@@ -53,10 +53,8 @@ agmm_status agmm_symm_gpu_choose(agmm_ctx *ctx, agmm_symm_state *state)
         agmm_error_clear(agmm_ctx_err(ctx));
     }
     int ok = why[0] == '\0';
-    if (!ok && state->nccl_dev != NULL) {
-        agmm_lsa_devcomm_destroy(g->nccl_comm, state->nccl_dev);
-        state->nccl_dev = NULL;
-    }
+    if (!ok)
+        agmm_symm_gpu_release(ctx, state);
     if (ri->processes) {
         agmm_status mine = ok ? AGMM_SUCCESS
                               : AGMM_FAIL(agmm_ctx_err(ctx), AGMM_ERR_UNSUPPORTED,
@@ -85,9 +83,14 @@ void agmm_symm_gpu_release(agmm_ctx *ctx, agmm_symm_state *state)
 {
     const agmm_gpu_rank *g = agmm_ctx_gpu(ctx);
     if (g != NULL && state->nccl_dev != NULL && g->nccl_comm != NULL) {
+        /* Bounded; the rank's record keeps what it said before. */
+        agmm_error kept = *agmm_ctx_err(ctx);
         cudaSetDevice(agmm_ctx_info(ctx)->device);
-        agmm_lsa_devcomm_destroy(g->nccl_comm, state->nccl_dev);
+        agmm_gpu_nccl_settle(ctx, agmm_lsa_devcomm_destroy(g->nccl_comm, state->nccl_dev), "ncclDevCommDestroy");
+        *agmm_ctx_err(ctx) = kept;
     }
+    /* After an abort the communicator took its device communicator with it: only ours is left. */
+    agmm_lsa_devcomm_free(state->nccl_dev);
     state->nccl_dev = NULL;
 }
 
