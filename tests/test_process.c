@@ -229,7 +229,8 @@ static void test_all_reduce_sizes(const char *backend)
                 agmm_ref_all_reduce((const void *const *)ins, P.nranks, n, dtype, want);
                 test_poison_bf16(out, (int64_t)((size_t)n * esz / 2));
                 agmm_all_reduce_io io = {.out = d_out};
-                if (dev_copy(agmm_plan_input(plan), ins[P.rank], (size_t)n * esz) || dev_copy(d_out, out, (size_t)n * esz))
+                if (dev_copy(agmm_plan_input(plan), ins[P.rank], (size_t)n * esz) ||
+                    dev_copy(d_out, out, (size_t)n * esz))
                     bad = "upload failed";
                 else if (agmm_all_reduce(plan, &io, P.stream) != AGMM_SUCCESS || agmm_ctx_sync(P.ctx) != AGMM_SUCCESS)
                     snprintf(why, sizeof why, "run %d: %s", run, agmm_last_error(P.ctx)), bad = why;

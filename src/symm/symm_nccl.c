@@ -59,7 +59,8 @@ agmm_status agmm_symm_gpu_choose(agmm_ctx *ctx, agmm_symm_state *state)
         agmm_status mine = ok ? AGMM_SUCCESS
                               : AGMM_FAIL(agmm_ctx_err(ctx), AGMM_ERR_UNSUPPORTED,
                                           "rank %d: NCCL windows are unavailable (%s), and the symmetric memory of "
-                                          "processes lives in them (NCCL_P2P_DISABLE=1 runs the backends that need none)",
+                                          "processes lives in them (NCCL_P2P_DISABLE=1 runs the backends that need "
+                                          "none)",
                                           ri->rank, why);
         agmm_status st = agmm_host_agree(ctx, mine);
         state->impl = &agmm_symm_nccl;

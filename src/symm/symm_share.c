@@ -96,8 +96,8 @@ static agmm_status host_alloc(agmm_ctx *ctx, agmm_symm_buf *buf)
     void *mem = aligned_alloc(64, rounded);
     agmm_status mine = AGMM_SUCCESS;
     if (mem == NULL)
-        mine = AGMM_FAIL(agmm_ctx_err(ctx), AGMM_ERR_NO_MEMORY, "rank %d: host symmetric allocation of %zu bytes failed",
-                         agmm_ctx_info(ctx)->rank, buf->bytes);
+        mine = AGMM_FAIL(agmm_ctx_err(ctx), AGMM_ERR_NO_MEMORY,
+                         "rank %d: host symmetric allocation of %zu bytes failed", agmm_ctx_info(ctx)->rank, buf->bytes);
     else
         memset(mem, 0, rounded);
     return agmm_symm_share(ctx, buf, mem, mine, host_release, -1);

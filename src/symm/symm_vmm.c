@@ -121,9 +121,9 @@ static agmm_status vmm_alloc(agmm_ctx *ctx, agmm_symm_buf *buf)
         }
         close(fds[r]);
     }
-    if (mine == AGMM_SUCCESS && cudaMalloc((void **)&buf->d_peer, (size_t)ri->nranks * sizeof *buf->d_peer) == cudaSuccess &&
-        cudaMemcpyAsync(buf->d_peer, buf->peer, (size_t)ri->nranks * sizeof *buf->d_peer, cudaMemcpyHostToDevice,
-                        g->copy_stream) == cudaSuccess &&
+    const size_t table = (size_t)ri->nranks * sizeof *buf->d_peer;
+    if (mine == AGMM_SUCCESS && cudaMalloc((void **)&buf->d_peer, table) == cudaSuccess &&
+        cudaMemcpyAsync(buf->d_peer, buf->peer, table, cudaMemcpyHostToDevice, g->copy_stream) == cudaSuccess &&
         cudaStreamSynchronize(g->copy_stream) == cudaSuccess)
         buf->local = buf->peer[ri->rank];
     else if (mine == AGMM_SUCCESS)

@@ -160,8 +160,12 @@ static const char *peer_text(const procs_state *ps, int p, char *buf, size_t len
 {
     switch (peer_of(ps, p)) {
     case PEER_ABSENT: snprintf(buf, len, "rank %d never arrived", p); break;
-    case PEER_ALIVE: snprintf(buf, len, "rank %d (pid %d) is alive but never reached this step", p, ps->ctl->slot[p].pid); break;
-    case PEER_LEFT: snprintf(buf, len, "rank %d (pid %d) left the world without this step", p, ps->ctl->slot[p].pid); break;
+    case PEER_ALIVE:
+        snprintf(buf, len, "rank %d (pid %d) is alive but never reached this step", p, ps->ctl->slot[p].pid);
+        break;
+    case PEER_LEFT:
+        snprintf(buf, len, "rank %d (pid %d) left the world without this step", p, ps->ctl->slot[p].pid);
+        break;
     case PEER_DEAD:
         snprintf(buf, len, "rank %d (pid %d) has exited without leaving the world (killed or crashed)", p,
                  ps->ctl->slot[p].pid);

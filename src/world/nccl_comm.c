@@ -55,7 +55,10 @@ static ncclResult_t settle_comm(ncclComm_t comm, int64_t deadline_ns)
     }
 }
 
-static double init_bound_s(const agmm_world *w) { return w->timeout_s > COMM_INIT_MIN_S ? w->timeout_s : COMM_INIT_MIN_S; }
+static double init_bound_s(const agmm_world *w)
+{
+    return w->timeout_s > COMM_INIT_MIN_S ? w->timeout_s : COMM_INIT_MIN_S;
+}
 
 static void version_text(int code, char *buf, size_t len)
 {
@@ -127,8 +130,9 @@ agmm_status agmm_nccl_init_local(agmm_world *w, agmm_error *err)
     for (int i = 0; i < w->nranks; i++) {
         r = settle_comm(g->comms[i], deadline);
         if (r == ncclInProgress) {
-            st = AGMM_FAIL(err, AGMM_ERR_TIMEOUT, "ncclCommInitRankConfig of rank %d (GPU %d) did not complete within %.0f s",
-                           i, w->device_of[i], init_bound_s(w));
+            st = AGMM_FAIL(err, AGMM_ERR_TIMEOUT,
+                           "ncclCommInitRankConfig of rank %d (GPU %d) did not complete within %.0f s", i,
+                           w->device_of[i], init_bound_s(w));
             goto fail;
         }
         AGMM_NCCL_TRY(st, err, g->comms[i], r);
@@ -210,15 +214,17 @@ void agmm_nccl_end_all(agmm_world *w)
     struct agmm_world_gpu *g = w->gpu;
     const int64_t deadline = now_ns() + (int64_t)(w->timeout_s * 1e9);
     int owned = 0;
+    for (int i = 0; i < AGMM_MAX_RANKS; i++)
+        owned += g->comms[i] != NULL && !(g->borrowed && i == 0);
+    if (owned == 0)
+        return;
     /* Finalising is collective over a clique, and one thread ends all of this process's: one group. */
     ncclGroupStart();
     for (int i = 0; i < AGMM_MAX_RANKS; i++)
-        if (g->comms[i] && !(g->borrowed && i == 0)) {
+        if (g->comms[i] && !(g->borrowed && i == 0))
             ncclCommFinalize(g->comms[i]);
-            owned++;
-        }
     ncclGroupEnd();
-    for (int i = 0; i < AGMM_MAX_RANKS && owned; i++) {
+    for (int i = 0; i < AGMM_MAX_RANKS; i++) {
         if (g->comms[i] == NULL || (g->borrowed && i == 0))
             continue;
         if (settle_comm(g->comms[i], deadline) == ncclSuccess)

@@ -263,7 +263,8 @@ static agmm_status derive_caps(agmm_world *w, agmm_ctx *boot, const join_info *a
         snprintf(why, sizeof why, "NCCL_P2P_DISABLE=%.20s: peer access between the ranks' GPUs is turned off", p2p);
     for (int r = 0; r < w->nranks && !why[0] && w->kind == AGMM_WORLD_EMULATED; r++)
         if (!all[r].gpu.vmm_fd_ok)
-            snprintf(why, sizeof why, "rank %d cannot share GPU memory between processes: %.100s", r, all[r].gpu.vmm_why);
+            snprintf(why, sizeof why, "rank %d cannot share GPU memory between processes: %.100s", r,
+                     all[r].gpu.vmm_why);
     if (why[0]) {
         w->caps &= ~(unsigned)AGMM_CAP_PEER_MEMORY;
         snprintf(w->lacks_peer, sizeof w->lacks_peer, "%s", why);
