@@ -41,7 +41,12 @@ static const char *const usage_head =
     "  --json FILE         write every figure as JSON\n"
     "  --help              this text\n"
     "\n"
-    "Exit status: 0 every cell correct or skipped, 1 a wrong result or an error, 2 bad arguments.\n";
+    "Exit status: 0 every cell correct or skipped, 1 a wrong result or an error, 2 bad arguments.\n"
+    "\n"
+    "Under a launcher (torchrun --no-python, mpirun, srun, or RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT\n"
+    "set by hand) every process is one rank of one world (--world picks its kind; --ranks, if given,\n"
+    "must equal the world size): rank 0 prints the table, the others only their errors, and every\n"
+    "rank exits with the same status (docs/processes.md).\n";
 
 static const agmm_op ops[] = {AGMM_OP_AG_MATMUL, AGMM_OP_ALL_REDUCE};
 
