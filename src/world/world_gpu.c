@@ -263,6 +263,7 @@ agmm_status agmm_world_gpu_join_device(agmm_world *w, int device, agmm_gpu_join_
                          device, w->gpu->ndev, w->gpu->ndev == 1 ? "" : "s",
                          getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES") : "(unset)");
     AGMM_CUDA_TRY(st, err, cudaSetDevice(device));
+    AGMM_CUDA_TRY(st, err, cudaFree(NULL)); /* the device's context, before the driver's VMM calls */
     AGMM_CUDA_TRY(st, err, cudaDeviceGetPCIBusId(info->bus_id, (int)sizeof info->bus_id, device));
     struct cudaDeviceProp prop;
     AGMM_CUDA_TRY(st, err, cudaGetDeviceProperties(&prop, device));
