@@ -88,6 +88,11 @@ rc=$?
 echo "$out" >>"$LOG"
 result "explicit id, GPU world W=1" $rc "$(echo "$out" | grep -E '^[0-9]+ passed' | tail -n 1)"
 rm -f "$idf"
+out=$(env -u RANK -u WORLD_SIZE timeout 120 "$P" --world gpu --rank 0 --nranks 1 --id-file "$idf" --borrow 2>&1)
+rc=$?
+echo "$out" >>"$LOG"
+result "explicit id, GPU W=1, borrowed ncclComm_t" $rc "$(echo "$out" | grep -E '^[0-9]+ passed' | tail -n 1)"
+rm -f "$idf"
 pids=()
 for r in 0 1; do
     env -u RANK -u WORLD_SIZE timeout 150 "$P" --world emulated --timeout 30 --rank $r --nranks 2 --id-file "$idf" \

@@ -9,9 +9,11 @@
  * nccl. Each rank prints its own PASS/FAIL lines, prefixed with its rank, and the summary.
  * With --rank, --nranks and --id-file the world is joined explicitly, as a framework would: rank 0
  * makes an agmm_unique_id and writes it to the file (the caller's own channel), the others read it.
+ * With --borrow (a GPU world of one rank) the world borrows an NCCL communicator the test made,
+ * which must still work after the world is gone.
  *
  *   agmm-proctest [--world cpu|gpu|emulated|auto] [--timeout S] [--expect-span]
- *                 [--rank R --nranks N --id-file FILE] */
+ *                 [--rank R --nranks N --id-file FILE [--borrow]] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +26,7 @@
 #include "harness.h"
 #ifdef AGMM_HAVE_CUDA
 #include <cuda_runtime_api.h>
+#include "world/gpu_headers.h"
 #endif
 
 typedef struct {
@@ -282,6 +285,35 @@ static void test_span(void)
     agmm_plan_destroy(plan);
 }
 
+#ifdef AGMM_HAVE_CUDA
+/* A communicator of one rank for the world to borrow, or NULL after a FAIL line. */
+static void *lend_comm(void)
+{
+    ncclComm_t comm = NULL;
+    int dev = 0;
+    int ok = agmm_check(ncclCommInitAll(&comm, 1, &dev) == ncclSuccess, "a communicator of one rank to lend");
+    return ok ? comm : NULL;
+}
+
+/* After the world is gone, the lent communicator is still the caller's and still works. */
+static void check_lent_comm(void *vcomm)
+{
+    ncclComm_t comm = vcomm;
+    float *x = NULL;
+    cudaStream_t s = NULL;
+    int count = 0;
+    int ok = ncclCommCount(comm, &count) == ncclSuccess && count == 1 && cudaMalloc((void **)&x, 4096) == cudaSuccess &&
+             cudaStreamCreate(&s) == cudaSuccess &&
+             ncclAllReduce(x, x, 1024, ncclFloat32, ncclSum, comm, s) == ncclSuccess &&
+             cudaStreamSynchronize(s) == cudaSuccess;
+    agmm_check(ok, "the borrowed communicator still works after agmm_world_destroy (an ncclAllReduce on it)");
+    cudaFree(x);
+    if (s)
+        cudaStreamDestroy(s);
+    ncclCommDestroy(comm);
+}
+#endif
+
 static int usage(const char *what)
 {
     fprintf(stderr, "agmm-proctest: %s\nusage: agmm-proctest [--world cpu|gpu|emulated|auto] [--timeout S] "
@@ -330,6 +362,10 @@ int main(int argc, char **argv)
             jc.nranks = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--id-file") && *v)
             id_file = argv[++i];
+#ifdef AGMM_HAVE_CUDA
+        else if (!strcmp(argv[i], "--borrow") && (jc.nccl_comm = lend_comm()) == NULL)
+            return agmm_test_summary();
+#endif
         else if (!strcmp(argv[i], "--timeout") && atof(v) > 0)
             jc.timeout_s = atof(argv[++i]);
         else if (!strcmp(argv[i], "--world") && !strcmp(v, "cpu"))
@@ -392,5 +428,9 @@ int main(int argc, char **argv)
         agmm_ctx_destroy(P.ctx);
     }
     agmm_world_destroy(P.world);
+#ifdef AGMM_HAVE_CUDA
+    if (jc.nccl_comm)
+        check_lent_comm(jc.nccl_comm);
+#endif
     return agmm_test_summary();
 }
