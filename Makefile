@@ -1,6 +1,8 @@
 # agmm build. `make` builds the library, agmm-bench and the tests into $(BUILD);
 # `make test` runs the CPU tests (no GPU needed); `make gputest` runs the GPU tests (skip loudly
 # without a GPU). CUDA parts are built whenever nvcc is found (CUDA=0 leaves them out).
+# `make install PREFIX=/opt/agmm` installs the header, the libraries, agmm.pc and agmm-bench;
+# `make uninstall PREFIX=...` removes them.
 #
 #   make CUDA=0 BUILD=build-tsan SAN=thread test     # the CPU tests under ThreadSanitizer
 
@@ -40,25 +42,87 @@ LIB_C   := $(foreach l,$(LAYERS),$(wildcard src/$(l)/*.c))
 LIB_CU  := $(if $(filter 1,$(CUDA)),$(foreach l,$(LAYERS),$(wildcard src/$(l)/*.cu)))
 LIB_OBJ := $(LIB_C:%.c=$(BUILD)/%.o) $(LIB_CU:%.cu=$(BUILD)/%.o)
 
-TEST_C     := $(wildcard tests/test_*.c) tests/harness.c
+TEST_C     := $(filter-out tests/test_process.c,$(wildcard tests/test_*.c)) tests/harness.c
+# One rank of a process world, started N times by tests/process_test.sh (and bench/process_run.sh).
+PROCTEST_C := tests/test_process.c tests/test_cpu_backends.c tests/harness.c
 GPUTEST_C  := $(wildcard tests/gpu/*.c) tests/harness.c
 BENCH_C    := $(wildcard tools/*.c)
 
-.PHONY: all test gputest clean
-all: $(BUILD)/agmm-bench $(BUILD)/agmm-test $(BUILD)/libagmm.so $(if $(filter 1,$(CUDA)),$(BUILD)/agmm-gputest)
+.PHONY: all test gputest clean install uninstall
+all: $(BUILD)/agmm-bench $(BUILD)/agmm-test $(BUILD)/agmm-proctest $(BUILD)/libagmm.so \
+     $(if $(filter 1,$(CUDA)),$(BUILD)/agmm-gputest)
 
 $(BUILD)/libagmm.a: $(LIB_OBJ)
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
 
+# ---- the shared library and its installation ----
+# The version is agmm.h's; until 1.0 a minor version may change the ABI, so it is in the soname.
+version = $(shell sed -n 's/^\#define AGMM_VERSION_$(1) \([0-9]*\)$$/\1/p' include/agmm.h)
+VERSION := $(call version,MAJOR).$(call version,MINOR).$(call version,PATCH)
+SONAME  := libagmm.so.$(call version,MAJOR).$(call version,MINOR)
+PREFIX  ?= /usr/local
+
+# Only agmm.h's functions are exported: the version script lists every agmm_* function the
+# header declares (everything else, the CUDA runtime linked in included, stays local).
+$(BUILD)/agmm.map: include/agmm.h
+	@mkdir -p $(@D)
+	{ echo 'AGMM_$(call version,MAJOR).$(call version,MINOR) {'; echo '  global:'; \
+	  sed -n 's/^[a-z].*[ *]\(agmm_[a-z0-9_]*\)(.*/    \1;/p' $<; echo '  local: *;'; echo '};'; } >$@
+
 # The shared library other programs (and the Python package) load.
-$(BUILD)/libagmm.so: $(LIB_OBJ)
-	$(CC) -shared $(LDFLAGS) -Wl,-soname,libagmm.so.$(shell sed -n 's/^#define AGMM_VERSION_MINOR \([0-9]*\)/0.\1/p' include/agmm.h) -o $@ $^ $(LDLIBS)
+$(BUILD)/libagmm.so: $(LIB_OBJ) $(BUILD)/agmm.map
+	$(CC) -shared $(LDFLAGS) -Wl,-soname,$(SONAME) -Wl,--version-script,$(BUILD)/agmm.map -o $@ $(LIB_OBJ) $(LDLIBS)
+
+# pkg-config: `pkg-config --cflags --libs agmm` links the shared library; --static adds what
+# libagmm.a needs (with CUDA: the CUDA runtime, cuBLASLt and NCCL of this build). A CUDA build's
+# also gives the CUDA runtime's flags and defines AGMM_WITH_CUDA, for programs that move their
+# own data to the GPU (examples/ do).
+ifeq ($(CUDA),1)
+PC_VARS   := cuda_home=$(CUDA_HOME)
+PC_WHAT   :=
+PC_CFLAGS := -I$${cuda_home}/include -DAGMM_WITH_CUDA
+PC_LIBS   := -L$${cuda_home}/lib64 -Wl,-rpath,$${cuda_home}/lib64 -lcudart
+else
+PC_WHAT   := (built without CUDA: the CPU world only)
+endif
+define AGMM_PC
+prefix=$(PREFIX)
+libdir=$${prefix}/lib
+includedir=$${prefix}/include
+$(PC_VARS)
+
+Name: agmm
+Description: fused all-gather matmul and all-reduce for tensor-parallel models on NVLink GPUs $(PC_WHAT)
+Version: $(VERSION)
+Cflags: -I$${includedir} $(PC_CFLAGS)
+Libs: -L$${libdir} -Wl,-rpath,$${libdir} -lagmm $(PC_LIBS)
+Libs.private: $(LDFLAGS) $(LDLIBS)
+endef
+export AGMM_PC
+
+install: $(BUILD)/libagmm.so $(BUILD)/libagmm.a $(BUILD)/agmm-bench
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
+	install -m 644 include/agmm.h $(DESTDIR)$(PREFIX)/include/agmm.h
+	install -m 755 $(BUILD)/libagmm.so $(DESTDIR)$(PREFIX)/lib/libagmm.so.$(VERSION)
+	ln -sf libagmm.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libagmm.so
+	install -m 644 $(BUILD)/libagmm.a $(DESTDIR)$(PREFIX)/lib/libagmm.a
+	printf '%s\n' "$$AGMM_PC" >$(DESTDIR)$(PREFIX)/lib/pkgconfig/agmm.pc
+	install -m 755 $(BUILD)/agmm-bench $(DESTDIR)$(PREFIX)/bin/agmm-bench
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/include/agmm.h $(DESTDIR)$(PREFIX)/lib/libagmm.so.$(VERSION) \
+	      $(DESTDIR)$(PREFIX)/lib/$(SONAME) $(DESTDIR)$(PREFIX)/lib/libagmm.so $(DESTDIR)$(PREFIX)/lib/libagmm.a \
+	      $(DESTDIR)$(PREFIX)/lib/pkgconfig/agmm.pc $(DESTDIR)$(PREFIX)/bin/agmm-bench
 
 $(BUILD)/agmm-bench: $(BENCH_C:%.c=$(BUILD)/%.o) $(BUILD)/libagmm.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/agmm-test: $(TEST_C:%.c=$(BUILD)/%.o) $(BUILD)/libagmm.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/agmm-proctest: $(PROCTEST_C:%.c=$(BUILD)/%.o) $(BUILD)/libagmm.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/agmm-gputest: $(GPUTEST_C:%.c=$(BUILD)/%.o) $(BUILD)/libagmm.a
@@ -72,8 +136,9 @@ $(BUILD)/%.o: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVFLAGS) -MMD -MP -c -o $@ $<
 
-test: $(BUILD)/agmm-test $(BUILD)/agmm-bench
-	AGMM_BENCH=$(BUILD)/agmm-bench ./tests/run.sh $(BUILD)/agmm-test
+test: $(BUILD)/agmm-test $(BUILD)/agmm-bench $(BUILD)/agmm-proctest $(BUILD)/libagmm.so
+	AGMM_BENCH=$(BUILD)/agmm-bench AGMM_PROCTEST=$(BUILD)/agmm-proctest AGMM_BUILD=$(BUILD) AGMM_CUDA=$(CUDA) \
+	    ./tests/run.sh $(BUILD)/agmm-test
 
 gputest: $(BUILD)/agmm-gputest
 	$(BUILD)/agmm-gputest

@@ -10,7 +10,8 @@
  *
  * Objects, in the order a caller makes them:
  *   agmm_world  the ranks this process drives: one thread per GPU, emulated ranks sharing a GPU,
- *               or threads on the CPU.
+ *               or threads on the CPU (agmm_world_create); or this process's one rank of a world
+ *               of processes started by torchrun, mpirun or srun (agmm_world_join).
  *   agmm_ctx    one rank of a world: its device, streams, communicator, symmetric heap.
  *   agmm_plan   one operation, shape and backend on one rank: buffers, descriptors and tuning
  *               are set up once here, so each run only enqueues work.
@@ -19,7 +20,12 @@
  *   - Every call returns an agmm_status (or a value that cannot fail); agmm_last_error(ctx) holds
  *     the detail of the last failure on that rank, naming the argument and what is allowed.
  *   - "Collective" means every rank of the world makes the call, in the same order, each from the
- *     thread that owns its context. "Local" means only the calling rank takes part.
+ *     thread that owns its context. "Local" means only the calling rank takes part. A collective
+ *     set-up call (contexts, plans, symmetric memory) that fails on one rank fails on every rank,
+ *     with that rank's reason ("rank 2 failed: ..."), rather than leaving the others waiting.
+ *   - Every wait for a peer is bounded by the world's timeout. A failed meeting (a peer that never
+ *     came, died, or stalled) leaves the world unusable: later collective calls fail at once with
+ *     the first reason; destroy plans, contexts and the world.
  *   - Destroy functions accept NULL and cannot fail.
  *   - Public structs end in a reserved tail that must be zero (initialise them with `= {...}` or
  *     memset): later versions give those bytes meaning without changing the struct's size, and a
@@ -119,7 +125,8 @@ typedef struct agmm_plan agmm_plan;
  * bytes) holds the detail. */
 agmm_status agmm_world_create(agmm_world **world, const agmm_world_config *config, char *errbuf,
                               size_t errbuf_len);
-/* Local. Every context of the world must be destroyed first. */
+/* Local. Every context of the world must be destroyed first. (In a world of processes, peers
+ * still waiting for this rank then fail at once.) */
 void agmm_world_destroy(agmm_world *world);
 agmm_world_kind agmm_world_kind_of(const agmm_world *world);
 int agmm_world_nranks(const agmm_world *world);       /* W */
@@ -130,42 +137,57 @@ const char *agmm_world_describe(const agmm_world *world);
 
 /* ---- process worlds: one rank per process (torchrun, mpirun, srun, or the caller's own) ---- */
 
-#define AGMM_UNIQUE_ID_BYTES 128
+/* 256, not NCCL's 128: a GPU world's id carries NCCL's unique id and agmm's own header. */
+#define AGMM_UNIQUE_ID_BYTES 256
 /* What the processes of one world share to find each other: opaque bytes, made by one process
  * with agmm_unique_id_create and sent to the others over the caller's own channel (MPI_Bcast, a
- * torch.distributed broadcast). */
+ * torch.distributed broadcast). An id serves one world: make a fresh one for the next. */
 typedef struct {
     unsigned char bytes[AGMM_UNIQUE_ID_BYTES];
 } agmm_unique_id;
 
-/* Makes a fresh id for a world of `kind` (GPU worlds: it carries NCCL's unique id). Local: call it
- * on one process (rank 0) only. */
+/* Makes a fresh id for a world of `kind` (AUTO is resolved here: GPU if a GPU is visible, else
+ * CPU; a GPU world's id carries NCCL's unique id, which honours NCCL_COMM_ID). Local: call it on
+ * one process (rank 0) only. Statuses: AGMM_ERR_INVALID_ARG (id NULL, kind out of range),
+ * AGMM_ERR_UNSUPPORTED (a GPU kind in a build without CUDA), AGMM_ERR_NCCL. */
 agmm_status agmm_unique_id_create(agmm_world_kind kind, agmm_unique_id *id);
 
 typedef struct {
-    agmm_world_kind kind;     /* AUTO: GPUs if a GPU is visible, else the CPU */
+    agmm_world_kind kind;     /* AUTO: the id's kind; without an id, GPUs if a GPU is visible,
+                                 else the CPU. Every rank must end up with the same kind. */
     int rank, nranks;         /* -1 both: from the launcher's environment (torchrun's RANK and
                                  WORLD_SIZE, Open MPI's OMPI_COMM_WORLD_*, MPICH's PMI_*, Slurm's
-                                 SLURM_PROCID/SLURM_NTASKS) */
+                                 SLURM_PROCID/SLURM_NTASKS; docs/processes.md) */
     int device;               /* CUDA device of this rank; -1: the launcher's local rank (GPU
-                                 worlds), 0 (emulated worlds, where every process shares GPU 0) */
+                                 worlds; without one, rank modulo the visible GPUs), 0 (emulated
+                                 worlds, where every process shares one GPU) */
     const agmm_unique_id *id; /* from agmm_unique_id_create on rank 0; NULL: bootstrap from the
                                  environment (docs/processes.md) */
-    void *nccl_comm;          /* GPU worlds: an ncclComm_t of these ranks to borrow (not destroyed by
-                                 agmm); NULL: agmm makes its own */
+    void *nccl_comm;          /* GPU worlds: an ncclComm_t of these ranks to borrow (not destroyed,
+                                 finalised or aborted by agmm); NULL: agmm makes its own */
     double timeout_s;         /* bound on every wait for a peer; 0 means 5 s */
     int allow_nvls;           /* as in agmm_world_config */
-    int32_t reserved[10];     /* must be zero */
+    int multi_host;           /* explicit rank/nranks only: 1 if the ranks run on several hosts (a
+                                 GPU world, whose ranks then meet through NCCL alone); 0: one host.
+                                 With -1 ranks the launcher's variables say (LOCAL_WORLD_SIZE...) */
+    int32_t reserved[9];      /* must be zero */
 } agmm_join_config;
 
 /* Joins a world whose ranks are processes, as one rank (agmm_world_local_ranks == 1); then
- * agmm_ctx_create(&ctx, world, agmm_world_first_rank(world)). Collective over the processes. On
- * failure *world is NULL and errbuf holds the detail (which variable is missing, which rank never
- * came). Statuses as agmm_world_create, plus AGMM_ERR_TIMEOUT. */
+ * agmm_ctx_create(&ctx, world, agmm_world_first_rank(world)) on the calling thread, and
+ * agmm_world_run works too (one thread). Collective over the processes, within the timeout: on
+ * one host they meet through abstract Unix sockets named after the job ("@agmm-<hash>-<rank>");
+ * across hosts through NCCL. Before building the world every rank probes what it needs and says
+ * what is missing (peer access between the GPUs, NCCL_P2P_DISABLE, the CUDA VMM handle type of
+ * emulated worlds, ranks on several hosts): the symmetric-memory backends then report
+ * "skipped: ..." (agmm_backend_available) and `auto` takes `nccl`. On failure *world is NULL and
+ * errbuf holds the detail (which variable is missing, which rank never came); every rank that
+ * got as far as meeting its peers fails with the same reason. Statuses as agmm_world_create,
+ * plus AGMM_ERR_TIMEOUT. agmm_world_destroy is then local. */
 agmm_status agmm_world_join(agmm_world **world, const agmm_join_config *config, char *errbuf, size_t errbuf_len);
 
 /* Creates the context of global rank `rank` (one of this process's local ranks). Collective over
- * the world: every local rank calls it, each on its own thread (agmm_world_run does this). The
+ * the world: every rank calls it, each on its own thread (agmm_world_run does this). The
  * calling thread is the one that enqueues the rank's work from then on (its CUDA device is made
  * current). Statuses: AGMM_ERR_INVALID_ARG (rank out of range), AGMM_ERR_TIMEOUT (a peer never
  * came), CUDA/NCCL errors. */
@@ -177,7 +199,10 @@ int agmm_ctx_device(const agmm_ctx *ctx);   /* CUDA device ordinal; -1 in the CP
 /* The detail of this rank's last failure, "" if none. Never NULL. Owned by ctx. */
 const char *agmm_last_error(const agmm_ctx *ctx);
 /* Blocks until the work this rank enqueued has finished; reports an asynchronous failure
- * (AGMM_ERR_TIMEOUT naming the peer, op and chunk, or a CUDA error). Local. */
+ * (AGMM_ERR_TIMEOUT naming the peer, op and chunk, or a CUDA error). Local. Bounded: where the rank
+ * has an NCCL communicator, work still unfinished after the world's timeout (an NCCL operation
+ * waiting for a peer that died or stalled) gives AGMM_ERR_TIMEOUT, the communicator is aborted
+ * (unless borrowed) and the world is unusable; so time a long queue of runs against it. */
 agmm_status agmm_ctx_sync(agmm_ctx *ctx);
 
 /* Runs fn(ctx_of_rank, arg) on one thread per local rank, after creating each rank's context,

@@ -37,6 +37,10 @@ void test_cpu_timeout_chunk(void);
 /* test_symmetric.c: caller-owned symmetric memory as a run's input. */
 void test_symmetric_input(void);
 
+/* test_ownership.c: memory outlives its owner for a late peer; agreed failures, unusable worlds. */
+void test_ownership_late_rank(void);
+void test_ownership_agreement(void);
+
 /* Helpers of the CPU tests (test_cpu_backends.c). */
 /* A CPU world of nranks ranks (timeout_s 0: the default), or NULL after a FAIL line. */
 agmm_world *test_cpu_world(int nranks, double timeout_s);

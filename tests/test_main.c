@@ -23,6 +23,8 @@ static const agmm_test_case cases[] = {
     {"cpu/timeout/missing_rank", test_cpu_timeout_missing_rank},
     {"cpu/timeout/chunk", test_cpu_timeout_chunk},
     {"cpu/symmetric_input", test_symmetric_input},
+    {"ownership/late_rank", test_ownership_late_rank},
+    {"ownership/agreement", test_ownership_agreement},
 };
 
 int main(int argc, char **argv)

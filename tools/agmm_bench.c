@@ -41,7 +41,12 @@ static const char *const usage_head =
     "  --json FILE         write every figure as JSON\n"
     "  --help              this text\n"
     "\n"
-    "Exit status: 0 every cell correct or skipped, 1 a wrong result or an error, 2 bad arguments.\n";
+    "Exit status: 0 every cell correct or skipped, 1 a wrong result or an error, 2 bad arguments.\n"
+    "\n"
+    "Under a launcher (torchrun --no-python, mpirun, srun, or RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT\n"
+    "set by hand) every process is one rank of one world (--world picks its kind; --ranks, if given,\n"
+    "must equal the world size): rank 0 prints the table, the others only their errors, and every\n"
+    "rank exits with the same status (docs/processes.md).\n";
 
 static const agmm_op ops[] = {AGMM_OP_AG_MATMUL, AGMM_OP_ALL_REDUCE};
 
@@ -65,12 +70,15 @@ static void list_backends(FILE *f)
                     agmm_backend_summary(ops[o], agmm_backend_name(ops[o], i)));
 }
 
+/* Every message to stderr starts with this: "agmm-bench", and under a launcher the rank too. */
+static char who[40] = "agmm-bench";
+
 static int bad(const char *opt, const char *val, const char *allowed)
 {
     if (val)
-        fprintf(stderr, "agmm-bench: %s %s: %s (see --help)\n", opt, val, allowed);
+        fprintf(stderr, "%s: %s %s: %s (see --help)\n", who, opt, val, allowed);
     else
-        fprintf(stderr, "agmm-bench: %s: %s (see --help)\n", opt, allowed);
+        fprintf(stderr, "%s: %s: %s (see --help)\n", who, opt, allowed);
     return 2;
 }
 
@@ -337,30 +345,93 @@ static void apply_defaults(bench_results *r, agmm_world *world)
     }
 }
 
+/* 1 if any cell is wrong or could not run. */
+static int cells_failed(const bench_results *r)
+{
+    int failed = 0;
+    for (int i = 0; i < r->nrows; i++)
+        for (int b = 0; b < r->nbackends; b++)
+            failed |= r->rows[i].cell[b].state == CELL_WRONG || r->rows[i].cell[b].state == CELL_ERROR ||
+                      r->rows[i].cell[b].state == CELL_EMPTY;
+    return failed;
+}
+
+/* Under a launcher each process runs one rank: its cells are merged with its peers' as the sweep
+ * goes (bench_sync.h), and at the end the ranks agree on the verdict, so that every process
+ * exits with the same status. */
+typedef struct {
+    bench_results *res;
+    int failed;                  /* any rank saw a failure, or the ranks could not agree */
+} proc_run;
+
+static agmm_status proc_rank_main(agmm_ctx *ctx, void *arg)
+{
+    proc_run *run = arg;
+    bench_sync_attach(run->res, ctx);
+    agmm_status st = bench_rank_main(ctx, run->res);
+    int32_t mine = st != AGMM_SUCCESS || cells_failed(run->res), all[AGMM_MAX_RANKS];
+    run->failed = mine;
+    if (agmm_ext_exchange(ctx, &mine, sizeof mine, all) != AGMM_SUCCESS) {
+        fprintf(stderr, "%s: %s\n", who, agmm_last_error(ctx));
+        run->failed = 1;
+        return st;
+    }
+    for (int p = 0; p < run->res->nranks; p++)
+        run->failed |= all[p] != 0;
+    return st;
+}
+
+/* The world: the launcher's processes (agmm_world_join) when a launcher's variables are there,
+ * else the ranks of this process. */
+static agmm_status make_world(const bench_options *o, int launched, agmm_world **world, char *err, size_t len)
+{
+    if (!launched) {
+        agmm_world_config cfg = {.kind = o->world, .nranks = o->nranks, .timeout_s = o->timeout_s};
+        return agmm_world_create(world, &cfg, err, len);
+    }
+    agmm_join_config jc = {.kind = o->world, .rank = -1, .nranks = -1, .device = -1, .timeout_s = o->timeout_s};
+    agmm_status st = agmm_world_join(world, &jc, err, len);
+    if (st == AGMM_SUCCESS && o->nranks && o->nranks != agmm_world_nranks(*world)) {
+        snprintf(err, len, "--ranks %d: the launcher started %d processes, one rank each", o->nranks,
+                 agmm_world_nranks(*world));
+        agmm_world_destroy(*world);
+        *world = NULL;
+        return AGMM_ERR_INVALID_ARG;
+    }
+    return st;
+}
+
 int main(int argc, char **argv)
 {
     static bench_results res; /* large: rows x backends of cells */
+    int launch_rank = agmm_ext_launch_rank();
+    if (launch_rank >= 0)
+        snprintf(who, sizeof who, "agmm-bench: rank %d", launch_rank);
     int rc = bench_parse(argc, argv, &res.opt);
     if (rc)
         return rc == 1 ? 0 : rc;
 
-    agmm_world_config cfg = {.kind = res.opt.world, .nranks = res.opt.nranks, .timeout_s = res.opt.timeout_s};
     agmm_world *world = NULL;
-    char err[512] = "";
-    agmm_status st = agmm_world_create(&world, &cfg, err, sizeof err);
+    char err[768] = "";
+    agmm_status st = make_world(&res.opt, launch_rank >= 0, &world, err, sizeof err);
     if (st != AGMM_SUCCESS) {
-        fprintf(stderr, "agmm-bench: cannot create the world: %s: %s\n", agmm_status_str(st), err);
+        fprintf(stderr, "%s: cannot %s the world: %s: %s\n", who, launch_rank >= 0 ? "join" : "create",
+                agmm_status_str(st), err);
         return st == AGMM_ERR_INVALID_ARG ? 2 : 1;
     }
+    /* Rank 0 prints the banner, the table and the files; other processes only their errors. */
+    const int lead = agmm_world_first_rank(world) == 0;
     res.nranks = agmm_world_nranks(world);
     res.world_desc = agmm_world_describe(world);
     res.gpu = agmm_world_kind_of(world) != AGMM_WORLD_CPU;
-    if (!res.gpu)
+    if (!res.gpu && lead)
         printf("==================================================================\n"
                "  agmm-bench is running on the CPU: no GPU is used.\n"
-               "  Ranks are threads, memory is host memory; times are CPU times.\n"
-               "==================================================================\n");
-    printf("# %s\n", res.world_desc);
+               "  Ranks are %s, memory is host memory; times are CPU times.\n"
+               "==================================================================\n",
+               launch_rank >= 0 ? "processes" : "threads");
+    if (lead)
+        printf("# %s\n", res.world_desc);
     fflush(stdout);
     apply_defaults(&res, world);
     /* The default sweep is only known now: --splits must still fit each of its shapes. */
@@ -373,34 +444,33 @@ int main(int argc, char **argv)
         }
     }
     if (res.nbackends == 0) {
-        fprintf(stderr, "agmm-bench: no backend of this build runs in this world\n");
+        fprintf(stderr, "%s: no backend of this build runs in this world\n", who);
         agmm_world_destroy(world);
         return 1;
     }
     if (bench_sync_init(&res, agmm_world_local_ranks(world)) != 0) {
-        fprintf(stderr, "agmm-bench: cannot set up rank threads\n");
+        fprintf(stderr, "%s: cannot set up rank threads\n", who);
         agmm_world_destroy(world);
         return 1;
     }
-    st = agmm_world_run(world, bench_rank_main, &res);
+    proc_run run = {&res, 0};
+    st = launch_rank >= 0 ? agmm_world_run(world, proc_rank_main, &run) : agmm_world_run(world, bench_rank_main, &res);
     if (st != AGMM_SUCCESS)
-        fprintf(stderr, "agmm-bench: a rank failed: %s\n", agmm_status_str(st));
-    report_print(&res, stdout);
-    if (res.opt.csv_path && report_csv(&res, res.opt.csv_path) != 0) {
-        fprintf(stderr, "agmm-bench: --csv %s: cannot write: %s\n", res.opt.csv_path, strerror(errno));
+        fprintf(stderr, "%s: a rank failed: %s\n", who, agmm_status_str(st));
+    if (lead)
+        report_print(&res, stdout);
+    if (lead && res.opt.csv_path && report_csv(&res, res.opt.csv_path) != 0) {
+        fprintf(stderr, "%s: --csv %s: cannot write: %s\n", who, res.opt.csv_path, strerror(errno));
         rc = 1;
     }
-    if (res.opt.json_path && report_json(&res, res.opt.json_path) != 0) {
-        fprintf(stderr, "agmm-bench: --json %s: cannot write: %s\n", res.opt.json_path, strerror(errno));
+    if (lead && res.opt.json_path && report_json(&res, res.opt.json_path) != 0) {
+        fprintf(stderr, "%s: --json %s: cannot write: %s\n", who, res.opt.json_path, strerror(errno));
         rc = 1;
     }
-    int failed = st != AGMM_SUCCESS;
-    for (int i = 0; i < res.nrows; i++)
-        for (int b = 0; b < res.nbackends; b++)
-            failed |= res.rows[i].cell[b].state == CELL_WRONG || res.rows[i].cell[b].state == CELL_ERROR ||
-                      res.rows[i].cell[b].state == CELL_EMPTY;
+    int failed = st != AGMM_SUCCESS || cells_failed(&res) || run.failed;
     if (failed)
-        fprintf(stderr, "agmm-bench: FAILED: some cells are wrong or could not run (see the table)\n");
+        fprintf(stderr, "%s: FAILED: some cells are wrong or could not run (see %s)\n", who,
+                lead ? "the table" : "rank 0's table");
     bench_sync_fini(&res);
     agmm_world_destroy(world);
     return failed || rc ? 1 : 0;

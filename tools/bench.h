@@ -64,6 +64,10 @@ typedef struct {
     pthread_barrier_t barrier;   /* rank threads meet here (bench_sync.h) */
     pthread_mutex_t mu;          /* guards the cells while ranks merge their checks */
     int init_failed;             /* a rank could not set up its device (guarded by mu) */
+    agmm_ctx *proc_ctx;          /* a process world: this process's rank, whose host collectives
+                                    merge the cells across processes (bench_sync.h); else NULL */
+    int world_failed;            /* a process world's meeting failed: the world is unusable, the
+                                    sweep stops (its remaining cells stay empty) */
 } bench_results;
 
 /* Parses argv into *opt. Returns 0, or 2 after printing the problem (or 1 after --help or

@@ -111,16 +111,9 @@ static int cell_ok(cell_job *j)
     return s == CELL_EMPTY || s == CELL_OK;
 }
 
-/* Every rank's verdict on the cell, the same on every rank: failures recorded before the first
- * barrier are all in, and none can be recorded before every rank has read. Deciding collective
- * work on a plain cell_ok() could differ between ranks and leave one at a barrier for ever. */
-static int cell_agreed_ok(cell_job *j)
-{
-    bench_sync_barrier(j->res);
-    int ok = cell_ok(j);
-    bench_sync_barrier(j->res);
-    return ok;
-}
+/* Every rank's verdict on the cell, the same on every rank (bench_sync_cell). Deciding
+ * collective work on a plain cell_ok() could differ between ranks and leave one at a barrier. */
+static int cell_agreed_ok(cell_job *j) { return bench_sync_cell(j->res, j->row, j->bi); }
 
 /* Merges one rank's check into the cell: the worst error, exactness on every rank. */
 static void record_check(cell_job *j, double err, int exact)
@@ -354,23 +347,15 @@ agmm_status bench_rank_main(agmm_ctx *ctx, void *arg)
     bench_dev dev;
     int timed = res->opt.iters > 0 ? res->opt.iters : 1;
     int init_ok = bench_dev_init(&dev, ctx, res->opt.flush, timed) == 0;
-    if (!init_ok) {
+    if (!init_ok)
         fprintf(stderr, "agmm-bench: rank %d: %s\n", agmm_ctx_rank(ctx), dev.err);
-        bench_sync_lock(res);
-        res->init_failed = 1;
-        bench_sync_unlock(res);
-    }
     /* If any rank cannot run, none does: the others would wait for it at the first barrier. */
-    bench_sync_barrier(res);
-    bench_sync_lock(res);
-    int any_failed = res->init_failed;
-    bench_sync_unlock(res);
-    if (any_failed) {
+    if (!bench_sync_all_ok(res, init_ok)) {
         bench_dev_fini(&dev);
         return init_ok ? AGMM_SUCCESS : AGMM_ERR_CUDA;
     }
     cell_job j = {ctx, res, &dev, agmm_ctx_rank(ctx), res->nranks, 0, 0};
-    for (j.row = 0; j.row < res->nrows; j.row++) {
+    for (j.row = 0; j.row < res->nrows && !res->world_failed; j.row++) {
         if (res->opt.op == AGMM_OP_AG_MATMUL && res->opt.check_only == 0) {
             bench_row *row = &res->rows[j.row];
             if (j.rank == 0)
@@ -379,7 +364,7 @@ agmm_status bench_rank_main(agmm_ctx *ctx, void *arg)
             /* The others wait here, not inside a plan's bounded rendezvous. */
             bench_sync_barrier(res);
         }
-        for (j.bi = 0; j.bi < res->nbackends; j.bi++) {
+        for (j.bi = 0; j.bi < res->nbackends && !res->world_failed; j.bi++) {
             dev.err[0] = '\0';
             if (res->opt.op == AGMM_OP_AG_MATMUL)
                 run_ag_matmul(&j);

@@ -1,4 +1,7 @@
-/* Host-side meeting points of the benchmark's rank threads (one process). */
+/* Meeting points of the benchmark's ranks, and how their verdicts on a cell become one. In a
+ * one-process world the ranks are threads sharing bench_results (a pthread barrier, a mutex); in
+ * a process world each process holds its own copy, and the cells are merged through the
+ * library's host collectives (agmm_ext.h), bounded by the world's timeout. */
 #ifndef AGMM_TOOLS_BENCH_SYNC_H
 #define AGMM_TOOLS_BENCH_SYNC_H
 
@@ -7,9 +10,18 @@
 /* Sets up for `nlocal` rank threads; 0 on success. */
 int bench_sync_init(bench_results *r, int nlocal);
 void bench_sync_fini(bench_results *r);
+/* A process world: the rank's context, before the sweep starts (r->proc_ctx). */
+void bench_sync_attach(bench_results *r, agmm_ctx *ctx);
 void bench_sync_barrier(bench_results *r);
 void bench_sync_lock(bench_results *r);
 void bench_sync_unlock(bench_results *r);
+/* Every rank's verdict on cell (row, b) so far, the same on every rank (failures recorded before
+ * the call are all in, none after it counts): 1 if no rank failed the cell. In a process world
+ * the cell is merged (first failure by rank order, worst error, exactness on every rank) into
+ * every process's copy. Collective. */
+int bench_sync_cell(bench_results *r, int row, int b);
+/* 1 if `ok` on every rank. Collective; once per run (it is the sweep's opening agreement). */
+int bench_sync_all_ok(bench_results *r, int ok);
 /* Rank 0 prints one progress line to stderr after each row. */
 void bench_progress(const bench_results *r, int row);
 

@@ -100,7 +100,8 @@ void report_print(const bench_results *r, FILE *f)
         fprintf(f, "# time: mean us of %d calls after %d warm-up calls, %s%s\n", r->opt.iters, r->opt.warmup,
                 r->gpu ? "rank 0's CUDA events" : "rank 0's wall clock",
                 !r->opt.flush ? ", no cache flush" : r->gpu ? ", L2 flushed before each call" : ", 64 MB written before each call");
-    fprintf(f, "\nBenchmarking results for %s on %dx %s (time_us).\n", op_name(r), r->nranks, r->gpu ? "devices" : "CPU thread-ranks");
+    fprintf(f, "\nBenchmarking results for %s on %dx %s (time_us).\n", op_name(r), r->nranks,
+            r->gpu ? "devices" : r->proc_ctx ? "CPU process-ranks" : "CPU thread-ranks");
     fprintf(f, "%-22s %-6s", r->opt.op == AGMM_OP_AG_MATMUL ? "shape" : "n", "dtype");
     for (int b = 0; b < r->nbackends; b++)
         fprintf(f, " %12s", r->backends[b]);

@@ -3,6 +3,7 @@
  *   - the plain GEMM on a rank's device (the yardstick of the overlap column): the world's
  *     reference library (cuBLASLt on GPUs, the CPU world's GEMM) or agmm's GEMM engine;
  *   - descriptor checks without a world (so bad command lines fail before any device starts);
+ *   - the host collectives its ranks merge their results with, when they are processes;
  *   - core's helpers the benchmark shares with the library: bf16 conversion and the RNG
  *     (core/numeric.h), medians (core/stats.h), dtype sizes (core/validate.h). */
 #ifndef AGMM_API_AGMM_EXT_H
@@ -40,5 +41,16 @@ void agmm_ext_gemm_destroy(agmm_ext_gemm *g);
  * why. */
 agmm_status agmm_ext_check_ag_matmul(const agmm_ag_matmul_desc *desc, int nranks, char *why, size_t why_len);
 agmm_status agmm_ext_check_all_reduce(const agmm_all_reduce_desc *desc, char *why, size_t why_len);
+
+/* Process worlds (agmm_world_join): agmm-bench's ranks are then separate processes, so they
+ * meet and merge their results through the library's host collectives, bounded by the world's
+ * timeout (a rank that died fails them at once, naming it). In a one-process world the same
+ * calls meet the world's rank threads. `bytes` <= 1024. Collective. */
+agmm_status agmm_ext_barrier(agmm_ctx *ctx);
+agmm_status agmm_ext_exchange(agmm_ctx *ctx, const void *mine, size_t bytes, void *all);
+/* The rank a launcher gave this process (torchrun, mpirun, srun, or their variables set by hand),
+ * so that agmm_world_join can form a world of processes from them; -1 without a launcher's
+ * variables; 0 if they cannot be read (agmm_world_join then says why). */
+int agmm_ext_launch_rank(void);
 
 #endif

@@ -140,3 +140,17 @@ agmm_status agmm_ext_check_all_reduce(const agmm_all_reduce_desc *desc, char *wh
     }
     return check_backend(AGMM_OP_ALL_REDUCE, desc->backend, why, why_len);
 }
+
+agmm_status agmm_ext_barrier(agmm_ctx *ctx)
+{
+    agmm_error_clear(agmm_ctx_err(ctx)); /* agmm_last_error describes this call */
+    return agmm_host_barrier(ctx);
+}
+
+agmm_status agmm_ext_exchange(agmm_ctx *ctx, const void *mine, size_t bytes, void *all)
+{
+    agmm_error_clear(agmm_ctx_err(ctx));
+    return agmm_host_exchange(ctx, mine, bytes, all);
+}
+
+int agmm_ext_launch_rank(void) { return agmm_world_launch_rank(); }

@@ -84,8 +84,8 @@ static agmm_status plan_create(agmm_plan **out, agmm_ctx *ctx, agmm_op op, const
     p->impl = agmm_backend_impl_for(b, agmm_ctx_info(ctx)->caps);
     size_t input_bytes = type->install(p, desc);
     st = agmm_symm_alloc(ctx, input_bytes, &p->input);
-    if (st == AGMM_SUCCESS)
-        st = p->impl->create(p);
+    if (st == AGMM_SUCCESS) /* a backend that failed on one rank fails the plan on every rank */
+        st = agmm_host_agree(ctx, p->impl->create(p));
     if (st != AGMM_SUCCESS) {
         agmm_plan_destroy(p);
         return st;

@@ -59,8 +59,10 @@ static agmm_status cpu_run(agmm_plan *plan, const void *vio, void *stream)
     return AGMM_SUCCESS;
 }
 
+/* Like NCCL it needs no peer memory: a CPU world's ranks all run on one host and map each
+ * other's host memory, even where they claim different hosts (a world spanning nodes, tested). */
 static const agmm_backend_impl nccl_cpu_impl = {
-    .needs = AGMM_CAP_PEER_MEMORY,
+    .needs = 0,
     .create = cpu_create,
     .run = cpu_run,
     .destroy = cpu_destroy,
@@ -115,8 +117,10 @@ static agmm_status gpu_run(agmm_plan *plan, const void *vio, void *stream)
     const agmm_ag_matmul_desc *d = &plan->desc.mm;
     cudaStream_t s = (cudaStream_t)stream;
     ncclComm_t comm = agmm_ctx_gpu(plan->ctx)->nccl_comm;
-    AGMM_NCCL_TRY(st, err, comm,
-                  ncclAllGather(agmm_plan_in(plan), io->a_gathered, (size_t)(d->m * d->k), ncclBfloat16, comm, s));
+    AGMM_TRY(st, agmm_gpu_nccl_settle(plan->ctx,
+                                      ncclAllGather(agmm_plan_in(plan), io->a_gathered, (size_t)(d->m * d->k),
+                                                    ncclBfloat16, comm, s),
+                                      "ncclAllGather"));
     AGMM_TRY(st, agmm_gemm_lt_run(x->gemm, io->a_gathered, io->b, io->c, x->workspace, s, err));
     AGMM_TRY(st, agmm_gpu_note_run(plan->ctx, s));
 fail:

@@ -12,8 +12,10 @@ static agmm_status cpu_run(agmm_plan *plan, const void *io, void *stream)
     return agmm_ar_cpu_sum_run(plan, io, WHAT);
 }
 
+/* Like NCCL it needs no peer memory: a CPU world's ranks all run on one host and map each
+ * other's host memory, even where they claim different hosts (a world spanning nodes, tested). */
 static const agmm_backend_impl nccl_cpu_impl = {
-    .needs = AGMM_CAP_PEER_MEMORY,
+    .needs = 0,
     .create = agmm_ar_cpu_sum_create,
     .run = cpu_run,
     .destroy = agmm_ar_cpu_sum_destroy,
@@ -43,8 +45,10 @@ static agmm_status gpu_run(agmm_plan *plan, const void *vio, void *stream)
     const agmm_all_reduce_desc *d = &plan->desc.ar;
     ncclComm_t comm = agmm_ctx_gpu(plan->ctx)->nccl_comm;
     cudaStream_t s = (cudaStream_t)stream;
-    AGMM_NCCL_TRY(st, agmm_ctx_err(plan->ctx), comm,
-                  ncclAllReduce(agmm_plan_in(plan), io->out, (size_t)d->n, agmm_nccl_type(d->dtype), ncclSum, comm, s));
+    AGMM_TRY(st, agmm_gpu_nccl_settle(plan->ctx,
+                                      ncclAllReduce(agmm_plan_in(plan), io->out, (size_t)d->n,
+                                                    agmm_nccl_type(d->dtype), ncclSum, comm, s),
+                                      "ncclAllReduce"));
     AGMM_TRY(st, agmm_gpu_note_run(plan->ctx, s));
 fail:
     return st;

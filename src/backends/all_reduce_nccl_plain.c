@@ -37,8 +37,10 @@ static agmm_status gpu_run(agmm_plan *plan, const void *vio, void *stream)
     cudaStream_t s = (cudaStream_t)stream;
     size_t bytes = (size_t)d->n * agmm_dtype_bytes(d->dtype);
     AGMM_CUDA_TRY(st, err, cudaMemcpyAsync(plan->state, agmm_plan_in(plan), bytes, cudaMemcpyDeviceToDevice, s));
-    AGMM_NCCL_TRY(st, err, comm,
-                  ncclAllReduce(plan->state, io->out, (size_t)d->n, agmm_nccl_type(d->dtype), ncclSum, comm, s));
+    AGMM_TRY(st, agmm_gpu_nccl_settle(plan->ctx,
+                                      ncclAllReduce(plan->state, io->out, (size_t)d->n, agmm_nccl_type(d->dtype),
+                                                    ncclSum, comm, s),
+                                      "ncclAllReduce"));
     AGMM_TRY(st, agmm_gpu_note_run(plan->ctx, s));
 fail:
     return st;

@@ -56,6 +56,18 @@ void agmm_error_clear(agmm_error *err)
     err->msg[0] = '\0';
 }
 
+const char *agmm_error_detail(const char *msg)
+{
+    /* agmm_error_set writes "<file>:<line>: " first. */
+    const char *colon = strchr(msg, ':');
+    if (colon == NULL || colon == msg || strchr(msg, ' ') < colon)
+        return msg;
+    const char *p = colon + 1;
+    while (*p >= '0' && *p <= '9')
+        p++;
+    return p > colon + 1 && p[0] == ':' && p[1] == ' ' ? p + 2 : msg;
+}
+
 int agmm_log_level_from_env(void)
 {
     const char *v = getenv("AGMM_LOG");

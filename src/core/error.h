@@ -24,6 +24,8 @@ agmm_status agmm_error_set(agmm_error *err, agmm_status status, const char *file
 #endif
     ;
 void agmm_error_clear(agmm_error *err);
+/* A record's message without its "file:line: " prefix: what a banner or a peer's message quotes. */
+const char *agmm_error_detail(const char *msg);
 
 /* Records a failure and returns it from the enclosing function. */
 #define AGMM_FAIL(err, status, ...) agmm_error_set((err), (status), __FILE__, __LINE__, __VA_ARGS__)

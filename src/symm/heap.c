@@ -1,17 +1,16 @@
-/* The symmetric heap's front door: attaching a heap to a context, the dispatch to an
- * implementation, and the host-memory implementation (CPU world). */
+/* The symmetric heap's front door: attaching a heap to a context (which implementation serves
+ * it), the dispatch to that implementation, and the caller's buffers. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "symm_impl.h"
 
 #ifndef AGMM_HAVE_CUDA
-agmm_status agmm_symm_gpu_choose(agmm_ctx *ctx, agmm_symm_state *state) { return AGMM_ERR_UNSUPPORTED; }
+agmm_status agmm_symm_gpu_choose(agmm_ctx *ctx, agmm_symm_state *state)
+{
+    return AGMM_FAIL(agmm_ctx_err(ctx), AGMM_ERR_UNSUPPORTED, "this agmm was built without CUDA");
+}
 void agmm_symm_gpu_release(agmm_ctx *ctx, agmm_symm_state *state) {}
-agmm_status agmm_symm_local_gpu_alloc(agmm_ctx *ctx, agmm_symm_buf *buf) { return AGMM_ERR_UNSUPPORTED; }
-void agmm_symm_local_gpu_free(agmm_ctx *ctx, agmm_symm_buf *buf) {}
-agmm_status agmm_symm_nccl_alloc(agmm_ctx *ctx, agmm_symm_buf *buf) { return AGMM_ERR_UNSUPPORTED; }
-void agmm_symm_nccl_free(agmm_ctx *ctx, agmm_symm_buf *buf) {}
 #endif
 
 agmm_status agmm_symm_attach(agmm_ctx *ctx)
@@ -22,8 +21,11 @@ agmm_status agmm_symm_attach(agmm_ctx *ctx)
                          agmm_ctx_info(ctx)->rank);
     agmm_ctx_set_symm_state(ctx, state);
     agmm_status st = AGMM_SUCCESS;
-    if (agmm_ctx_info(ctx)->caps & AGMM_CAP_GPU)
+    const agmm_rank_info *ri = agmm_ctx_info(ctx);
+    if (ri->caps & AGMM_CAP_GPU)
         st = agmm_symm_gpu_choose(ctx, state);
+    else
+        state->impl = ri->processes ? &agmm_symm_memfd : &agmm_symm_host;
     if (st == AGMM_SUCCESS)
         st = agmm_symm_alloc(ctx, AGMM_MAX_RANKS * sizeof(uint32_t), &state->pad);
     if (st != AGMM_SUCCESS) {
@@ -97,33 +99,7 @@ agmm_status agmm_symm_user_free(agmm_ctx *ctx, void *ptr)
 const char *agmm_symm_kind(const agmm_ctx *ctx)
 {
     const agmm_symm_state *state = agmm_symm_state_of(ctx);
-    if (state == NULL)
-        return "none";
-    switch (state->kind) {
-    case AGMM_SYMM_HOST: return "host memory";
-    case AGMM_SYMM_NCCL: return "NCCL windows";
-    case AGMM_SYMM_LOCAL_GPU: return "in-process GPU memory";
-    }
-    return "?";
-}
-
-static agmm_status host_alloc(agmm_ctx *ctx, agmm_symm_buf *buf)
-{
-    /* 64-byte alignment: the CPU kernels use it for vector-friendly rows, and it keeps flags
-     * of different buffers off shared cache lines. */
-    size_t rounded = (buf->bytes + 63) / 64 * 64;
-    void *mem = aligned_alloc(64, rounded);
-    if (mem == NULL)
-        return AGMM_FAIL(agmm_ctx_err(ctx), AGMM_ERR_NO_MEMORY, "rank %d: host symmetric allocation of %zu bytes failed",
-                         agmm_ctx_info(ctx)->rank, buf->bytes);
-    memset(mem, 0, rounded);
-    buf->local = mem;
-    agmm_status st = agmm_host_exchange(ctx, &mem, sizeof mem, buf->peer);
-    if (st != AGMM_SUCCESS) {
-        free(mem);
-        buf->local = NULL;
-    }
-    return st;
+    return state == NULL || state->impl == NULL ? "none" : state->impl->name;
 }
 
 agmm_status agmm_symm_alloc(agmm_ctx *ctx, size_t bytes, agmm_symm_buf **out)
@@ -135,12 +111,7 @@ agmm_status agmm_symm_alloc(agmm_ctx *ctx, size_t bytes, agmm_symm_buf **out)
     if (buf == NULL)
         return AGMM_FAIL(agmm_ctx_err(ctx), AGMM_ERR_NO_MEMORY, "symmetric buffer record allocation failed");
     buf->bytes = bytes;
-    agmm_status st = AGMM_ERR_INTERNAL;
-    switch (agmm_symm_state_of(ctx)->kind) {
-    case AGMM_SYMM_HOST: st = host_alloc(ctx, buf); break;
-    case AGMM_SYMM_NCCL: st = agmm_symm_nccl_alloc(ctx, buf); break;
-    case AGMM_SYMM_LOCAL_GPU: st = agmm_symm_local_gpu_alloc(ctx, buf); break;
-    }
+    agmm_status st = agmm_symm_state_of(ctx)->impl->alloc(ctx, buf);
     if (st != AGMM_SUCCESS) {
         free(buf);
         return st;
@@ -153,15 +124,6 @@ void agmm_symm_free(agmm_ctx *ctx, agmm_symm_buf *buf)
 {
     if (buf == NULL)
         return;
-    switch (agmm_symm_state_of(ctx)->kind) {
-    case AGMM_SYMM_HOST:
-        /* Peers may still be reading this rank's buffer: meet first. A timeout here only means a
-         * peer is gone, and then nobody reads. */
-        agmm_host_barrier(ctx);
-        free(buf->local);
-        break;
-    case AGMM_SYMM_NCCL: agmm_symm_nccl_free(ctx, buf); break;
-    case AGMM_SYMM_LOCAL_GPU: agmm_symm_local_gpu_free(ctx, buf); break;
-    }
+    agmm_symm_state_of(ctx)->impl->free(ctx, buf);
     free(buf);
 }

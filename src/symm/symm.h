@@ -1,13 +1,20 @@
 /* The symmetric heap: a buffer of the same size on every rank, and a table of every rank's
  * address of it as this rank sees it, plus the signal pad and the cross-rank barriers built on it
  * (internal). Kernels and copies get only the tables, never which implementation made them:
- *   host memory       the CPU world: aligned_alloc, pointers exchanged between the threads (heap.c)
+ *   host memory       the CPU world's threads: aligned_alloc, pointers exchanged (symm_share.c)
+ *   shared memfd      the CPU world's processes: a memfd per rank, mapped by every rank
+ *                     (symm_memfd.c)
  *   NCCL windows      NCCL 2.28: ncclMemAlloc + ncclCommWindowRegister, peer pointers resolved
  *                     once (symm_nccl.c, symm_lsa.cu); the production path on GPUs
  *   in-process GPU    ranks of one process without windows (emulated ranks sharing a GPU, or a
  *                     fallback): cudaMalloc, pointers exchanged directly (symm_local_gpu.c)
+ *   CUDA VMM          emulated ranks that are processes: cuMemCreate with POSIX fd handles, passed
+ *                     to every peer and mapped there (symm_vmm.c)
+ *   private GPU       worlds without peer memory (ranks on several nodes, P2P off): this rank's
+ *                     buffer only; only backends that need no peer memory run (symm_local_gpu.c)
  * Which one serves a rank is decided once, when the API layer attaches the heap to a new context;
- * every rank of a world uses the same. */
+ * every rank of a world uses the same. Memory is never freed while a peer may touch it
+ * (symm_impl.h, "Ownership"). */
 #ifndef AGMM_SYMM_SYMM_H
 #define AGMM_SYMM_SYMM_H
 
@@ -30,12 +37,14 @@ typedef struct agmm_symm_buf {
 agmm_status agmm_symm_attach(agmm_ctx *ctx);
 void agmm_symm_detach(agmm_ctx *ctx);
 
-/* Collective. bytes >= 1. Memory is zeroed and 256-byte aligned (64 in the CPU world). Device
- * memory on GPUs, host memory in the CPU world. */
+/* Collective and agreed: it succeeds on every rank or fails on every rank, with the same error.
+ * bytes >= 1. Memory is zeroed and 256-byte aligned (64 in the CPU world). Device memory on
+ * GPUs, host memory in the CPU world. */
 agmm_status agmm_symm_alloc(agmm_ctx *ctx, size_t bytes, agmm_symm_buf **buf);
-/* Collective (every rank frees its buffers in the same order). NULL-safe. First waits for this
- * rank's own work that may touch the buffer, then meets the peers (none still reads it), then
- * frees. */
+/* Every rank frees each of its buffers (in the same order: GPU implementations meet their
+ * peers first). NULL-safe. Waits for this rank's own work that may touch the buffer, then lets
+ * go of this rank's part; memory a peer may still touch stays until that peer frees it too, so
+ * a free never depends on a meeting that may time out. */
 void agmm_symm_free(agmm_ctx *ctx, agmm_symm_buf *buf);
 
 /* The caller's buffers (agmm_symmetric_alloc): the heap keeps a list of them, so that a run can

@@ -24,36 +24,39 @@ extern "C" ncclResult_t agmm_lsa_devcomm_create(ncclComm_t comm, void **out, cha
     ncclDevCommRequirements reqs;
     memset(&reqs, 0, sizeof reqs);
     ncclResult_t r = ncclDevCommCreate(comm, &reqs, dc);
-    if (r != ncclSuccess) {
+    if (r != ncclSuccess && r != ncclInProgress) {
         const char *w = ncclGetLastError(comm);
         snprintf(why, why_len, "ncclDevCommCreate -> %s%s%s", ncclGetErrorString(r), w && *w ? ": " : "",
                  w ? w : "");
         free(dc);
         return r;
     }
+    *out = dc;
+    return r;
+}
+
+extern "C" int agmm_lsa_devcomm_check(const void *devcomm, char *why, size_t why_len)
+{
+    const ncclDevComm *dc = (const ncclDevComm *)devcomm;
     const char *bad = NULL;
     if (dc->lsaMultimem.mcBasePtr != NULL)
         bad = "the device communicator holds a multicast handle (NVLink multicast must stay off)";
     else if (dc->lsaSize != dc->nRanks || dc->lsaRank != dc->rank)
-        bad = "the LSA team is not the whole world (ranks on several nodes are not supported yet)";
-    if (bad != NULL) {
-        snprintf(why, why_len, "ncclDevCommCreate: %s (rank %d of %d, lsaRank %d of %d)", bad, dc->rank, dc->nRanks,
-                 dc->lsaRank, dc->lsaSize);
-        ncclDevCommDestroy(comm, dc);
-        free(dc);
-        return ncclInvalidUsage;
-    }
-    *out = dc;
-    return ncclSuccess;
+        bad = "the LSA team is not the whole world (ranks without load/store access to each other: several "
+              "nodes, or peer access off)";
+    if (bad == NULL)
+        return 0;
+    snprintf(why, why_len, "ncclDevCommCreate: %s (rank %d of %d, lsaRank %d of %d)", bad, dc->rank, dc->nRanks,
+             dc->lsaRank, dc->lsaSize);
+    return -1;
 }
 
-extern "C" void agmm_lsa_devcomm_destroy(ncclComm_t comm, void *devcomm)
+extern "C" ncclResult_t agmm_lsa_devcomm_destroy(ncclComm_t comm, void *devcomm)
 {
-    if (devcomm == NULL)
-        return;
-    ncclDevCommDestroy(comm, (ncclDevComm *)devcomm);
-    free(devcomm);
+    return devcomm == NULL ? ncclSuccess : ncclDevCommDestroy(comm, (ncclDevComm *)devcomm);
 }
+
+extern "C" void agmm_lsa_devcomm_free(void *devcomm) { free(devcomm); }
 
 /* Grid 1 x 64: thread p resolves rank p (LSA rank == world rank on one node, checked above). */
 __global__ void lsa_resolve_kernel(ncclWindow_t win, void **table, int nranks)

@@ -8,14 +8,12 @@
 
 #include "world_impl.h"
 
-#define SLOT_BYTES 256
-
 typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     unsigned generation;
     int arrived;
-    unsigned char *slots;      /* nlocal slots of SLOT_BYTES */
+    unsigned char *slots;      /* nlocal slots of AGMM_HOST_SLOT_BYTES */
     uint32_t *tags;            /* nlocal: the tag of the host collective each rank is in */
 } threads_state;
 
@@ -68,12 +66,9 @@ static agmm_status threads_exchange(agmm_ctx *ctx, uint32_t tag, const void *min
 {
     agmm_world *w = ctx->world;
     threads_state *s = w->host_state;
-    if (bytes > SLOT_BYTES)
-        return AGMM_FAIL(&ctx->err, AGMM_ERR_INTERNAL, "exchange of %zu bytes exceeds the %d-byte slot", bytes,
-                         SLOT_BYTES);
     pthread_mutex_lock(&s->mu);
     s->tags[ctx->info.local_rank] = tag;
-    memcpy(s->slots + (size_t)ctx->info.local_rank * SLOT_BYTES, mine, bytes);
+    memcpy(s->slots + (size_t)ctx->info.local_rank * AGMM_HOST_SLOT_BYTES, mine, bytes);
     agmm_status st = rendezvous_locked(ctx, s);
     if (st == AGMM_SUCCESS) {
         int odd = -1;
@@ -88,7 +83,7 @@ static agmm_status threads_exchange(agmm_ctx *ctx, uint32_t tag, const void *min
                       s->tags[odd] >> 1);
         else
             for (int r = 0; r < w->nlocal; r++)
-                memcpy((unsigned char *)all + (size_t)(w->first_rank + r) * bytes, s->slots + (size_t)r * SLOT_BYTES,
+                memcpy((unsigned char *)all + (size_t)(w->first_rank + r) * bytes, s->slots + (size_t)r * AGMM_HOST_SLOT_BYTES,
                        bytes);
         /* Meet again either way, so that nobody overwrites a slot still being read and the
          * peers' pairing is what it would have been. */
@@ -112,7 +107,8 @@ static void threads_fini(agmm_world *w)
     w->host_state = NULL;
 }
 
-static const agmm_host_ops threads_ops = {threads_exchange, threads_barrier, threads_fini};
+/* Threads pass no descriptors and need no abandon notice: they share the world's record. */
+static const agmm_host_ops threads_ops = {threads_exchange, threads_barrier, NULL, NULL, threads_fini};
 
 agmm_status agmm_host_threads_init(agmm_world *w, agmm_error *err)
 {
@@ -127,7 +123,7 @@ agmm_status agmm_host_threads_init(agmm_world *w, agmm_error *err)
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&s->cv, &ca);
     pthread_condattr_destroy(&ca);
-    s->slots = calloc((size_t)w->nlocal, SLOT_BYTES);
+    s->slots = calloc((size_t)w->nlocal, AGMM_HOST_SLOT_BYTES);
     s->tags = calloc((size_t)w->nlocal, sizeof *s->tags);
     if (s->slots == NULL || s->tags == NULL)
         return AGMM_FAIL(err, AGMM_ERR_NO_MEMORY, "world exchange buffer allocation failed");

@@ -6,6 +6,8 @@
 
 #include <stdint.h>
 
+#include <cuda.h> /* the driver API's types: its calls go through agmm_vmm_api */
+
 #include "gpu_headers.h"
 #include "../kernels/dev_error.h"
 #include "world.h"
@@ -14,6 +16,29 @@
  * link libcuda (it must start on machines with no driver, where it runs the CPU world). */
 typedef int (*agmm_cu_stream_write_value32_fn)(cudaStream_t stream, uintptr_t addr, uint32_t value, unsigned flags);
 typedef int (*agmm_cu_stream_wait_value32_fn)(cudaStream_t stream, uintptr_t addr, uint32_t value, unsigned flags);
+
+/* The driver's virtual-memory calls (cuMem*), fetched like the memory operations above: CUDA VMM
+ * memory whose handles pass between processes as POSIX file descriptors (emulated process worlds;
+ * symm_vmm.c). */
+typedef struct {
+    __typeof__(&cuDeviceGet) device_get;
+    __typeof__(&cuMemGetAllocationGranularity) granularity;
+    __typeof__(&cuMemCreate) create;
+    __typeof__(&cuMemExportToShareableHandle) export_handle;
+    __typeof__(&cuMemImportFromShareableHandle) import_handle;
+    __typeof__(&cuMemAddressReserve) reserve;
+    __typeof__(&cuMemAddressFree) address_free;
+    __typeof__(&cuMemMap) map;
+    __typeof__(&cuMemSetAccess) set_access;
+    __typeof__(&cuMemUnmap) unmap;
+    __typeof__(&cuMemRelease) release;
+    __typeof__(&cuGetErrorName) error_name;
+} agmm_vmm_api;
+
+/* Fetches every call of `api`; 0, or -1 naming the one the driver lacks in `why`. */
+int agmm_gpu_vmm_load(agmm_vmm_api *api, char *why, size_t why_len);
+/* The allocation properties agmm uses: device memory of `device`, POSIX fd handles. */
+CUmemAllocationProp agmm_gpu_vmm_prop(CUdevice device);
 
 typedef struct agmm_gpu_rank {
     cudaStream_t copy_stream;          /* high priority, non-blocking: the copy-engine role */
@@ -27,6 +52,8 @@ typedef struct agmm_gpu_rank {
     agmm_cu_stream_wait_value32_fn wait_value32;
     cudaEvent_t last_run;              /* recorded by agmm_gpu_note_run on the caller's stream */
     int last_run_recorded;
+    agmm_vmm_api vmm;                  /* loaded where ranks are processes sharing a GPU */
+    CUdevice cu_device;
 } agmm_gpu_rank;
 
 /* The rank's GPU resources; NULL in the CPU world. */
@@ -60,6 +87,13 @@ agmm_status agmm_gpu_check_stream(agmm_ctx *ctx, cudaStream_t stream);
  * errors: what a rank does before it unmaps or frees memory that its own kernels and copies may
  * still touch. All its waits are bounded, so this returns. Local. */
 void agmm_gpu_quiesce(agmm_ctx *ctx);
+
+/* Every NCCL call on a rank's communicator goes through this. The world's communicators are
+ * nonblocking: a call may answer ncclInProgress, and then the communicator's state is polled
+ * (ncclCommGetAsyncError) until it settles, within the world's timeout. On timeout the
+ * communicator is aborted (unless it is borrowed: then left to its owner) and the world marked
+ * unusable; the error names `what` ("ncclAllGather"). Returns the call's outcome as a status. */
+agmm_status agmm_gpu_nccl_settle(agmm_ctx *ctx, ncclResult_t result, const char *what);
 
 /* The most blocks a kernel whose block b meets block b of every peer may launch on every rank: this
  * rank's share of its device's SMs (SMs / ranks on the device), agreed as the minimum over the

@@ -1,6 +1,7 @@
-/* Worlds and rank contexts: creation for every kind, the world's public queries, the tagged front
- * door of the host collectives, and the rank part of a context. GPU specifics are delegated to
- * world_gpu.c, the host rendezvous to host_threads.c. */
+/* Worlds and rank contexts: creation of one-process worlds, the world's public queries, the
+ * tagged front door of the host collectives (with the world's "unusable" record and agreement),
+ * and the rank part of a context. GPU specifics are delegated to world_gpu.c, the host
+ * rendezvous to host_threads.c / host_procs.c / host_nccl.c, process worlds to world_join.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,12 +22,45 @@ agmm_status agmm_gpu_rank_create(agmm_ctx *ctx)
 }
 void agmm_gpu_rank_destroy(agmm_ctx *ctx) {}
 agmm_status agmm_gpu_rank_sync(agmm_ctx *ctx) { return AGMM_SUCCESS; }
+int agmm_world_gpu_count(void) { return 0; }
+agmm_status agmm_world_gpu_join_device(agmm_world *world, int device, agmm_gpu_join_info *info, char *text,
+                                       size_t text_len, agmm_error *err)
+{
+    world->no_gpu_visible = 1;
+    return AGMM_FAIL(err, AGMM_ERR_UNSUPPORTED, "no GPU visible: this agmm was built without CUDA");
+}
+agmm_status agmm_world_gpu_join_nccl(agmm_world *world, const void *nccl_id, void *comm, int allow_nvls, char *text,
+                                     size_t text_len, agmm_error *err)
+{
+    return AGMM_FAIL(err, AGMM_ERR_UNSUPPORTED, "this agmm was built without CUDA");
+}
+agmm_status agmm_world_gpu_nccl_id(void *out, size_t len, agmm_error *err)
+{
+    return AGMM_FAIL(err, AGMM_ERR_UNSUPPORTED, "this agmm was built without CUDA (no NCCL)");
+}
+void agmm_world_gpu_peer_probe(const agmm_world *world, const agmm_gpu_join_info *all, char *why, size_t why_len) {}
+void *agmm_world_gpu_comm(const agmm_world *world) { return NULL; }
+agmm_status agmm_host_nccl_init(agmm_world *world, agmm_error *err)
+{
+    return AGMM_FAIL(err, AGMM_ERR_UNSUPPORTED, "ranks on several hosts meet through NCCL: this agmm was built without CUDA");
+}
 #endif
 
 static void copy_err(const agmm_error *err, char *buf, size_t len)
 {
     if (buf && len)
         snprintf(buf, len, "%s", err->msg);
+}
+
+agmm_world *agmm_world_alloc(double timeout_s)
+{
+    agmm_world *w = calloc(1, sizeof *w);
+    if (w == NULL)
+        return NULL;
+    w->timeout_s = timeout_s > 0 ? timeout_s : 5.0;
+    w->log_level = agmm_log_level_from_env();
+    pthread_mutex_init(&w->broken_mu, NULL);
+    return w;
 }
 
 static void make_cpu_world(agmm_world *w, int nranks, const char *why)
@@ -68,14 +102,12 @@ agmm_status agmm_world_create(agmm_world **out, const agmm_world_config *config,
         copy_err(&err, errbuf, errbuf_len);
         return st;
     }
-    agmm_world *w = calloc(1, sizeof *w);
+    agmm_world *w = agmm_world_alloc(cfg.timeout_s);
     if (w == NULL) {
         st = AGMM_FAIL(&err, AGMM_ERR_NO_MEMORY, "world allocation failed");
         copy_err(&err, errbuf, errbuf_len);
         return st;
     }
-    w->timeout_s = cfg.timeout_s > 0 ? cfg.timeout_s : 5.0;
-    w->log_level = agmm_log_level_from_env();
 
     if (cfg.kind == AGMM_WORLD_CPU) {
         make_cpu_world(w, cfg.nranks, "no GPU used");
@@ -112,22 +144,8 @@ void agmm_world_destroy(agmm_world *w)
         agmm_world_gpu_destroy(w);
     if (w->host)
         w->host->fini(w);
+    pthread_mutex_destroy(&w->broken_mu);
     free(w);
-}
-
-agmm_status agmm_unique_id_create(agmm_world_kind kind, agmm_unique_id *id)
-{
-    return AGMM_ERR_UNSUPPORTED;
-}
-
-agmm_status agmm_world_join(agmm_world **out, const agmm_join_config *config, char *errbuf, size_t errbuf_len)
-{
-    agmm_error err = {0};
-    if (out)
-        *out = NULL;
-    agmm_status st = AGMM_FAIL(&err, AGMM_ERR_UNSUPPORTED, "process worlds are not built yet");
-    copy_err(&err, errbuf, errbuf_len);
-    return st;
 }
 
 agmm_world_kind agmm_world_kind_of(const agmm_world *w) { return w->kind; }
@@ -156,14 +174,85 @@ static uint32_t next_tag(agmm_ctx *ctx, int exchange)
     return (++ctx->host_seq << 1) | (uint32_t)exchange;
 }
 
+void agmm_world_break(agmm_world *w, const agmm_error *why)
+{
+    pthread_mutex_lock(&w->broken_mu);
+    int first = w->broken.status == AGMM_SUCCESS;
+    if (first)
+        w->broken = *why;
+    pthread_mutex_unlock(&w->broken_mu);
+    if (first && w->host && w->host->abandon)
+        w->host->abandon(w, why);
+}
+
+/* AGMM_SUCCESS while the world is usable; else the reason, recorded in the rank's error. */
+static agmm_status usable(agmm_ctx *ctx)
+{
+    agmm_world *w = ctx->world;
+    pthread_mutex_lock(&w->broken_mu);
+    agmm_status st = w->broken.status;
+    if (st != AGMM_SUCCESS)
+        AGMM_FAIL(&ctx->err, st, "rank %d: the world is unusable since a collective step failed: %s", ctx->info.rank,
+                  agmm_error_detail(w->broken.msg));
+    pthread_mutex_unlock(&w->broken_mu);
+    return st;
+}
+
+/* After a host collective: a failure leaves the ranks out of step, so the world is done. */
+static agmm_status settle(agmm_ctx *ctx, agmm_status st)
+{
+    if (st != AGMM_SUCCESS)
+        agmm_world_break(ctx->world, &ctx->err);
+    return st;
+}
+
 agmm_status agmm_host_barrier(agmm_ctx *ctx)
 {
-    return ctx->world->host->barrier(ctx, next_tag(ctx, 0));
+    agmm_status st = usable(ctx);
+    if (st != AGMM_SUCCESS)
+        return st;
+    return settle(ctx, ctx->world->host->barrier(ctx, next_tag(ctx, 0)));
 }
 
 agmm_status agmm_host_exchange(agmm_ctx *ctx, const void *mine, size_t bytes, void *all)
 {
-    return ctx->world->host->exchange(ctx, next_tag(ctx, 1), mine, bytes, all);
+    if (bytes > AGMM_HOST_SLOT_BYTES)
+        return AGMM_FAIL(&ctx->err, AGMM_ERR_INVALID_ARG, "bytes=%zu: a host exchange carries at most %d per rank",
+                         bytes, AGMM_HOST_SLOT_BYTES);
+    agmm_status st = usable(ctx);
+    if (st != AGMM_SUCCESS)
+        return st;
+    return settle(ctx, ctx->world->host->exchange(ctx, next_tag(ctx, 1), mine, bytes, all));
+}
+
+agmm_status agmm_host_exchange_fds(agmm_ctx *ctx, int mine, int *all)
+{
+    if (ctx->world->host->exchange_fds == NULL)
+        return AGMM_FAIL(&ctx->err, AGMM_ERR_UNSUPPORTED,
+                         "rank %d: file descriptors pass only between processes of one host", ctx->info.rank);
+    agmm_status st = usable(ctx);
+    if (st != AGMM_SUCCESS)
+        return st;
+    return settle(ctx, ctx->world->host->exchange_fds(ctx, next_tag(ctx, 1), mine, all));
+}
+
+agmm_status agmm_host_agree(agmm_ctx *ctx, agmm_status mine)
+{
+    typedef struct {
+        int32_t status;
+        char msg[AGMM_ERROR_LEN];
+    } verdict;
+    verdict me = {.status = mine}, all[AGMM_MAX_RANKS];
+    if (mine != AGMM_SUCCESS)
+        snprintf(me.msg, sizeof me.msg, "%s", ctx->err.msg);
+    agmm_status st = agmm_host_exchange(ctx, &me, sizeof me, all);
+    if (st != AGMM_SUCCESS || mine != AGMM_SUCCESS)
+        return mine != AGMM_SUCCESS ? mine : st;
+    for (int r = 0; r < ctx->info.nranks; r++)
+        if (all[r].status != AGMM_SUCCESS)
+            return AGMM_FAIL(&ctx->err, (agmm_status)all[r].status, "rank %d failed: %s", r,
+                             agmm_error_detail(all[r].msg));
+    return AGMM_SUCCESS;
 }
 
 agmm_status agmm_rank_create(agmm_ctx **out, agmm_world *w, int rank)
@@ -183,15 +272,18 @@ agmm_status agmm_rank_create(agmm_ctx **out, agmm_world *w, int rank)
     ri->nranks = w->nranks;
     ri->local_rank = rank - w->first_rank;
     ri->device = w->device_of[ri->local_rank];
-    ri->ranks_on_device = 0;
-    for (int i = 0; i < w->nlocal; i++)
+    ri->ranks_on_device = w->processes ? w->ranks_on_device : 0;
+    for (int i = 0; i < w->nlocal && !w->processes; i++)
         ri->ranks_on_device += w->device_of[i] == ri->device;
+    ri->processes = w->processes;
     ri->timeout_s = w->timeout_s;
     ri->caps = w->caps;
     ri->log_level = w->log_level;
     agmm_status st = AGMM_SUCCESS;
     if (w->kind != AGMM_WORLD_CPU)
         st = agmm_gpu_rank_create(ctx);
+    /* Every rank learns whether every other has its context, before any goes on to meet them. */
+    st = agmm_host_agree(ctx, st);
     if (st != AGMM_SUCCESS) {
         agmm_log(w->log_level, AGMM_LOG_ERROR, rank, "context creation failed: %s", ctx->err.msg);
         agmm_rank_destroy(ctx);

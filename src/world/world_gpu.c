@@ -1,6 +1,7 @@
-/* GPU worlds and ranks: devices, NCCL communicators, the start-up guards (NCCL version, NVLink
- * multicast off), per-rank streams, cuBLASLt handle, the device error record and the driver entry
- * points for stream memory operations.
+/* GPU worlds and ranks: devices, the start-up guards, per-rank streams, cuBLASLt handle, the
+ * device error record and the driver entry points for stream memory operations and virtual
+ * memory; the GPU part of process worlds (device, peer-access probe). NCCL communicators are
+ * nccl_comm.c's.
  *
  * The binary links no libcuda: driver calls are fetched through cudaGetDriverEntryPointByVersion,
  * so a machine without a driver fails cudaGetDeviceCount here and world_common.c falls back to the CPU. */
@@ -8,61 +9,32 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-#include "gpu_check.h"
-#include "rank_gpu.h"
-#include "world_impl.h"
+#include "world_gpu.h"
 
-struct agmm_world_gpu {
-    int ndev;                             /* visible devices */
-    int nccl_version;                     /* ncclGetVersion, 0 where NCCL is not used */
-    ncclComm_t comms[AGMM_MAX_RANKS];     /* one per local rank; none in emulated worlds */
-};
-
-static void version_text(int code, char *buf, size_t len)
+/* Before any CUDA context exists: CUDA maps streams onto CUDA_DEVICE_MAX_CONNECTIONS hardware
+ * queues (default 8). Ranks sharing a GPU bring two streams each, and two streams aliased onto
+ * one queue serialise: a rank's barrier kernel queued behind a peer's wait for that same barrier
+ * never starts, so an emulated world of 8 ran into its timeouts (seen on the H200). 32 is CUDA's
+ * maximum; a value the user set is kept (agmm.h).
+ * Likewise: a kernel loaded lazily, at its first launch, may wait for the whole context, and
+ * where ranks share a GPU that context holds a peer's barrier spinning until we arrive (seen: the
+ * first launch of a rank's copy-delay kernel stalled it past its peers' timeout). Emulated worlds
+ * load every kernel when the context starts. */
+static void cuda_env(agmm_world_kind kind)
 {
-    /* NCCL_VERSION(X,Y,Z) = X*10000 + Y*100 + Z from 2.9 on. */
-    snprintf(buf, len, "%d.%d.%d", code / 10000, (code / 100) % 100, code % 100);
-}
-
-/* ncclGetVersion == NCCL_VERSION_CODE, or AGMM_ERR_VERSION saying how to fix it: the device API
- * is header code reading structs the library fills, so a mismatch corrupts memory. */
-static agmm_status check_nccl_version(struct agmm_world_gpu *g, agmm_error *err)
-{
-    int v = 0;
-    ncclResult_t r = ncclGetVersion(&v);
-    if (r != ncclSuccess)
-        return AGMM_FAIL(err, AGMM_ERR_NCCL, "ncclGetVersion -> %s", ncclGetErrorString(r));
-    g->nccl_version = v;
-    if (v != NCCL_VERSION_CODE) {
-        char lib[32], hdr[32];
-        version_text(v, lib, sizeof lib);
-        version_text(NCCL_VERSION_CODE, hdr, sizeof hdr);
-        return AGMM_FAIL(err, AGMM_ERR_VERSION,
-                         "the NCCL library loaded is %s but agmm was built with NCCL %s headers; they must match. "
-                         "Build against the library you run (make NCCL_HOME=<dir with include/ and lib/>) or load "
-                         "the matching one (LD_LIBRARY_PATH=<its lib dir>; on the GPU machine the PyTorch wheel's: "
-                         "$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])')/lib)",
-                         lib, hdr);
-    }
-    return AGMM_SUCCESS;
-}
-
-agmm_status agmm_world_gpu_create(agmm_world *w, const agmm_world_config *cfg, agmm_error *err)
-{
-    agmm_status st = AGMM_SUCCESS;
-    /* Before any CUDA context exists: CUDA maps streams onto CUDA_DEVICE_MAX_CONNECTIONS hardware
-     * queues (default 8). Ranks sharing a GPU bring two streams each, and two streams aliased onto
-     * one queue serialise: a rank's barrier kernel queued behind a peer's wait for that same
-     * barrier never starts, so an emulated world of 8 ran into its timeouts (seen on the H200).
-     * 32 is CUDA's maximum; a value the user set is kept (agmm.h). */
     setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
-    /* Likewise: a kernel loaded lazily, at its first launch, may wait for the whole context, and
-     * where ranks share a GPU that context holds a peer's barrier spinning until we arrive (seen:
-     * the first launch of a rank's copy-delay kernel stalled it past its peers' timeout). Emulated
-     * worlds load every kernel when the context starts. */
-    if (cfg->kind == AGMM_WORLD_EMULATED)
+    if (kind == AGMM_WORLD_EMULATED)
         setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+}
+
+/* The visible devices and the world's GPU part, or why not: AGMM_ERR_UNSUPPORTED with
+ * no_gpu_visible set where there is no GPU or no driver (AUTO then takes the CPU), AGMM_ERR_CUDA
+ * where CUDA fails otherwise. */
+static agmm_status open_devices(agmm_world *w, agmm_world_kind kind, agmm_error *err)
+{
+    cuda_env(kind);
     int ndev = 0;
     cudaError_t ce = cudaGetDeviceCount(&ndev);
     if (ce == cudaErrorNoDevice || ce == cudaErrorInsufficientDriver || (ce == cudaSuccess && ndev == 0)) {
@@ -77,13 +49,39 @@ agmm_status agmm_world_gpu_create(agmm_world *w, const agmm_world_config *cfg, a
         return AGMM_FAIL(err, AGMM_ERR_CUDA, "GPUs are visible but CUDA cannot use them: cudaGetDeviceCount -> %s (%s)",
                          cudaGetErrorName(ce), cudaGetErrorString(ce));
     }
-
-    struct agmm_world_gpu *g = calloc(1, sizeof *g);
-    if (g == NULL)
+    w->gpu = calloc(1, sizeof *w->gpu);
+    if (w->gpu == NULL)
         return AGMM_FAIL(err, AGMM_ERR_NO_MEMORY, "GPU world allocation failed");
-    g->ndev = ndev;
-    w->gpu = g;
+    w->gpu->ndev = ndev;
+    return AGMM_SUCCESS;
+}
 
+int agmm_world_gpu_count(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        n = 0;
+    }
+    return n;
+}
+
+/* "NCCL_P2P_DISABLE=1: ..." where the user turned peer access off, else "". */
+static void p2p_disabled(char *why, size_t len)
+{
+    const char *p2p = getenv("NCCL_P2P_DISABLE");
+    why[0] = '\0';
+    if (p2p && *p2p && strcmp(p2p, "0") != 0)
+        snprintf(why, len, "NCCL_P2P_DISABLE=%.20s: peer access between the ranks' GPUs is turned off", p2p);
+}
+
+agmm_status agmm_world_gpu_create(agmm_world *w, const agmm_world_config *cfg, agmm_error *err)
+{
+    agmm_status st = open_devices(w, cfg->kind, err);
+    if (st != AGMM_SUCCESS)
+        return st;
+    struct agmm_world_gpu *g = w->gpu;
+    const int ndev = g->ndev;
     int emulated = cfg->kind == AGMM_WORLD_EMULATED;
     if (emulated) {
         if (cfg->nranks < 1) {
@@ -110,35 +108,23 @@ agmm_status agmm_world_gpu_create(agmm_world *w, const agmm_world_config *cfg, a
     if (emulated)
         snprintf(w->lacks_nccl, sizeof w->lacks_nccl,
                  "ranks share a GPU (an emulated world), and NCCL needs one GPU per rank");
+    if (!emulated && w->nranks > 1) {
+        p2p_disabled(w->lacks_peer, sizeof w->lacks_peer);
+        if (w->lacks_peer[0])
+            w->caps &= ~(unsigned)AGMM_CAP_PEER_MEMORY;
+    }
 
     if (!emulated) {
-        /* Before any NCCL call: NCCL reads the variable once, at its first initialisation. A
-         * value the user set is kept, but never one that turns multicast on unasked (agmm.h). */
-        const char *nvls = getenv("NCCL_NVLS_ENABLE");
-        if (!cfg->allow_nvls && nvls != NULL && strcmp(nvls, "0") != 0) {
-            st = AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
-                           "NCCL_NVLS_ENABLE=%s in the environment, but allow_nvls=0: NVLink multicast stays off "
-                           "unless the world config asks for it (unset the variable or set it to 0)",
-                           nvls);
-            goto fail;
-        }
-        if (!cfg->allow_nvls && setenv("NCCL_NVLS_ENABLE", "0", 0) != 0) {
-            st = AGMM_FAIL(err, AGMM_ERR_INTERNAL, "setenv(NCCL_NVLS_ENABLE=0) failed");
-            goto fail;
-        }
-        AGMM_TRY(st, check_nccl_version(g, err));
-        AGMM_NCCL_TRY(st, err, NULL, ncclCommInitAll(g->comms, w->nranks, w->device_of));
+        AGMM_TRY(st, agmm_nccl_guards(g, cfg->allow_nvls, err));
+        AGMM_TRY(st, agmm_nccl_init_local(w, err));
         w->caps |= AGMM_CAP_NCCL;
     }
 
     struct cudaDeviceProp prop;
     AGMM_CUDA_TRY(st, err, cudaGetDeviceProperties(&prop, 0));
     char nccl[48] = "no NCCL (ranks share GPUs)";
-    if (!emulated) {
-        char v[32];
-        version_text(g->nccl_version, v, sizeof v);
-        snprintf(nccl, sizeof nccl, "NCCL %s%s", v, cfg->allow_nvls ? "" : ", NVLS off");
-    }
+    if (!emulated)
+        agmm_nccl_text(w, cfg->allow_nvls, nccl, sizeof nccl);
     if (emulated && w->nranks > ndev)
         snprintf(w->describe, sizeof w->describe,
                  "device: %d x %s (sm_%d%d, %d SMs); emulated: %d ranks share %d GPU%s; %s", ndev, prop.name,
@@ -158,12 +144,156 @@ void agmm_world_gpu_destroy(agmm_world *w)
     struct agmm_world_gpu *g = w->gpu;
     if (g == NULL)
         return;
-    /* Communicators made by one ncclCommInitAll are destroyed from one thread, as nccl-tests does. */
-    for (int i = 0; i < AGMM_MAX_RANKS; i++)
-        if (g->comms[i])
-            ncclCommDestroy(g->comms[i]);
+    agmm_nccl_end_all(w);
     free(g);
     w->gpu = NULL;
+}
+
+void *agmm_world_gpu_comm(const agmm_world *w) { return w->gpu ? w->gpu->comms[0] : NULL; }
+
+/* ---- virtual memory (cuMem*) through the driver's entry points ---- */
+
+int agmm_gpu_vmm_load(agmm_vmm_api *api, char *why, size_t why_len)
+{
+    static const struct {
+        const char *name;
+        size_t offset;
+    } calls[] = {
+        {"cuDeviceGet", offsetof(agmm_vmm_api, device_get)},
+        {"cuMemGetAllocationGranularity", offsetof(agmm_vmm_api, granularity)},
+        {"cuMemCreate", offsetof(agmm_vmm_api, create)},
+        {"cuMemExportToShareableHandle", offsetof(agmm_vmm_api, export_handle)},
+        {"cuMemImportFromShareableHandle", offsetof(agmm_vmm_api, import_handle)},
+        {"cuMemAddressReserve", offsetof(agmm_vmm_api, reserve)},
+        {"cuMemAddressFree", offsetof(agmm_vmm_api, address_free)},
+        {"cuMemMap", offsetof(agmm_vmm_api, map)},
+        {"cuMemSetAccess", offsetof(agmm_vmm_api, set_access)},
+        {"cuMemUnmap", offsetof(agmm_vmm_api, unmap)},
+        {"cuMemRelease", offsetof(agmm_vmm_api, release)},
+        {"cuGetErrorName", offsetof(agmm_vmm_api, error_name)},
+    };
+    memset(api, 0, sizeof *api);
+    for (size_t i = 0; i < sizeof calls / sizeof *calls; i++) {
+        void *fn = NULL;
+        enum cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion(calls[i].name, &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+            q != cudaDriverEntryPointSuccess || fn == NULL) {
+            cudaGetLastError();
+            snprintf(why, why_len, "the CUDA driver has no %s", calls[i].name);
+            return -1;
+        }
+        memcpy((char *)api + calls[i].offset, &fn, sizeof fn);
+    }
+    return 0;
+}
+
+CUmemAllocationProp agmm_gpu_vmm_prop(CUdevice device)
+{
+    CUmemAllocationProp p;
+    memset(&p, 0, sizeof p);
+    p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    p.location.id = device;
+    p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    return p;
+}
+
+/* Whether this process can make device memory another process can map: one granule made with a
+ * POSIX fd handle, exported, imported back, mapped and released. 0, or -1 with why. */
+static int probe_vmm(int device, char *why, size_t len)
+{
+    agmm_vmm_api v;
+    if (agmm_gpu_vmm_load(&v, why, len) != 0)
+        return -1;
+    CUdevice dev;
+    CUmemAllocationProp prop;
+    size_t gran = 0;
+    CUmemGenericAllocationHandle h = 0, back = 0;
+    CUdeviceptr va = 0;
+    int fd = -1, mapped = 0;
+    const char *step = "cuDeviceGet";
+    CUresult r = v.device_get(&dev, device);
+    if (r == CUDA_SUCCESS) {
+        prop = agmm_gpu_vmm_prop(dev);
+        step = "cuMemGetAllocationGranularity";
+        r = v.granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    }
+    if (r == CUDA_SUCCESS)
+        step = "cuMemCreate with a POSIX file-descriptor handle", r = v.create(&h, gran, &prop, 0);
+    if (r == CUDA_SUCCESS)
+        step = "cuMemExportToShareableHandle", r = v.export_handle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    if (r == CUDA_SUCCESS)
+        step = "cuMemImportFromShareableHandle",
+        r = v.import_handle(&back, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    if (r == CUDA_SUCCESS)
+        step = "cuMemAddressReserve", r = v.reserve(&va, gran, gran, 0, 0);
+    if (r == CUDA_SUCCESS)
+        step = "cuMemMap", r = v.map(va, gran, 0, back, 0), mapped = r == CUDA_SUCCESS;
+    if (r == CUDA_SUCCESS) {
+        CUmemAccessDesc a = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+        step = "cuMemSetAccess", r = v.set_access(va, gran, &a, 1);
+    }
+    if (r != CUDA_SUCCESS) {
+        const char *name = "?";
+        v.error_name(r, &name);
+        snprintf(why, len, "%s -> %s on GPU %d", step, name, device);
+    }
+    if (mapped)
+        v.unmap(va, gran);
+    if (va)
+        v.address_free(va, gran);
+    if (back)
+        v.release(back);
+    if (h)
+        v.release(h);
+    if (fd >= 0)
+        close(fd);
+    return r == CUDA_SUCCESS ? 0 : -1;
+}
+
+agmm_status agmm_world_gpu_join_device(agmm_world *w, int device, agmm_gpu_join_info *info, char *text,
+                                       size_t text_len, agmm_error *err)
+{
+    agmm_status st = open_devices(w, w->kind, err);
+    if (st != AGMM_SUCCESS)
+        return st;
+    if (device >= w->gpu->ndev)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
+                         "rank %d: device=%d, but this process sees %d GPU%s (CUDA_VISIBLE_DEVICES=%s)", w->first_rank,
+                         device, w->gpu->ndev, w->gpu->ndev == 1 ? "" : "s",
+                         getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES") : "(unset)");
+    AGMM_CUDA_TRY(st, err, cudaSetDevice(device));
+    AGMM_CUDA_TRY(st, err, cudaFree(NULL)); /* the device's context, before the driver's VMM calls */
+    AGMM_CUDA_TRY(st, err, cudaDeviceGetPCIBusId(info->bus_id, (int)sizeof info->bus_id, device));
+    struct cudaDeviceProp prop;
+    AGMM_CUDA_TRY(st, err, cudaGetDeviceProperties(&prop, device));
+    snprintf(text, text_len, "device: %s (sm_%d%d, %d SMs), GPU %d (%s)", prop.name, prop.major, prop.minor,
+             prop.multiProcessorCount, device, info->bus_id);
+    if (w->kind == AGMM_WORLD_EMULATED)
+        info->vmm_fd_ok = probe_vmm(device, info->vmm_why, sizeof info->vmm_why) == 0;
+fail:
+    return st;
+}
+
+void agmm_world_gpu_peer_probe(const agmm_world *w, const agmm_gpu_join_info *all, char *why, size_t why_len)
+{
+    const int me = w->first_rank, mine = w->device_of[0];
+    for (int r = 0; r < w->nranks && !why[0]; r++) {
+        if (r == me)
+            continue;
+        int d = -1, can = 0;
+        if (cudaDeviceGetByPCIBusId(&d, all[r].bus_id) != cudaSuccess) {
+            cudaGetLastError();
+            snprintf(why, why_len,
+                     "rank %d's GPU %s is not visible to rank %d (the processes see different GPUs: "
+                     "CUDA_VISIBLE_DEVICES), so they cannot map each other's memory",
+                     r, all[r].bus_id, me);
+        } else if (cudaDeviceCanAccessPeer(&can, mine, d) != cudaSuccess || !can) {
+            cudaGetLastError();
+            snprintf(why, why_len, "rank %d's GPU %s cannot access rank %d's GPU %s (no CUDA peer access)", me,
+                     all[me].bus_id, r, all[r].bus_id);
+        }
+    }
 }
 
 /* Stream memory operations from the driver, without linking libcuda. Missing ones stay NULL: only
@@ -239,6 +369,19 @@ agmm_status agmm_gpu_rank_create(agmm_ctx *ctx)
                   cudaDeviceGetAttribute(&g->num_sms, cudaDevAttrMultiProcessorCount, ctx->info.device));
     load_stream_memops(g);
     AGMM_TRY(st, enable_peers(ctx));
+    if (ctx->info.processes && ctx->info.kind == AGMM_WORLD_EMULATED && (ctx->info.caps & AGMM_CAP_PEER_MEMORY)) {
+        /* Symmetric memory passes between these processes as CUDA VMM handles (symm_vmm.c). */
+        char why[160];
+        if (agmm_gpu_vmm_load(&g->vmm, why, sizeof why) != 0) {
+            st = AGMM_FAIL(&ctx->err, AGMM_ERR_CUDA, "rank %d: %s", ctx->info.rank, why);
+            goto fail;
+        }
+        if (g->vmm.device_get(&g->cu_device, ctx->info.device) != CUDA_SUCCESS) {
+            st = AGMM_FAIL(&ctx->err, AGMM_ERR_CUDA, "rank %d: cuDeviceGet(%d) failed", ctx->info.rank,
+                           ctx->info.device);
+            goto fail;
+        }
+    }
     return AGMM_SUCCESS;
 fail:
     /* world_common.c destroys the context (and with it this state) on failure. */
@@ -301,6 +444,9 @@ agmm_status agmm_gpu_rank_sync(agmm_ctx *ctx)
     agmm_status st = AGMM_SUCCESS;
     agmm_gpu_rank *g = ctx->gpu;
     AGMM_CUDA_TRY(st, &ctx->err, cudaSetDevice(ctx->info.device));
+    /* Only NCCL can keep the rank's work waiting without a bound: poll that part first. */
+    if (g->nccl_comm != NULL)
+        AGMM_TRY(st, agmm_nccl_wait_work(ctx));
     if (ctx->info.ranks_on_device == 1) {
         AGMM_CUDA_TRY(st, &ctx->err, cudaDeviceSynchronize());
     } else {
@@ -359,6 +505,12 @@ void agmm_gpu_quiesce(agmm_ctx *ctx)
     if (g == NULL)
         return;
     cudaSetDevice(ctx->info.device);
+    if (g->nccl_comm != NULL) {
+        /* Bounded either way; the rank's record keeps what it said before. */
+        agmm_error kept = ctx->err;
+        agmm_nccl_wait_work(ctx);
+        ctx->err = kept;
+    }
     if (ctx->info.ranks_on_device == 1) {
         cudaDeviceSynchronize();
     } else {

@@ -40,6 +40,7 @@ static const agmm_test_case cases[] = {
     {"gemm_engine", gemm_engine},
     {"all_reduce_gpu", all_reduce_gpu},
     {"ag_matmul_perf_w1", test_ag_matmul_perf_w1},
+    {"nccl_sync_timeout", test_nccl_sync_timeout}, /* last: it aborts a communicator */
 };
 
 int main(int argc, char **argv)
