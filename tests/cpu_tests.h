@@ -37,6 +37,24 @@ void test_cpu_timeout_chunk(void);
 /* test_symmetric.c: caller-owned symmetric memory as a run's input. */
 void test_symmetric_input(void);
 
+/* test_fault.c: fault injection (AGMM_FAULT). */
+void test_fault_spec(void);
+void test_fault_any_rank(void);
+void test_fault_matrix(void);
+
+/* 1 in a build under AddressSanitizer or ThreadSanitizer (whose reports go to stderr, and whose
+ * allocators keep freed memory for a while). */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define TEST_SANITIZED 1
+#endif
+#endif
+#ifndef TEST_SANITIZED
+#define TEST_SANITIZED 0
+#endif
+
 /* Helpers of the CPU tests (test_cpu_backends.c). */
 /* A CPU world of nranks ranks (timeout_s 0: the default), or NULL after a FAIL line. */
 agmm_world *test_cpu_world(int nranks, double timeout_s);

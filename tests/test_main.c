@@ -23,6 +23,9 @@ static const agmm_test_case cases[] = {
     {"cpu/timeout/missing_rank", test_cpu_timeout_missing_rank},
     {"cpu/timeout/chunk", test_cpu_timeout_chunk},
     {"cpu/symmetric_input", test_symmetric_input},
+    {"fault/spec", test_fault_spec},
+    {"fault/any_rank", test_fault_any_rank},
+    {"fault/matrix", test_fault_matrix},
 };
 
 int main(int argc, char **argv)

@@ -3,8 +3,10 @@
  *   - the plain GEMM on a rank's device (the yardstick of the overlap column): the world's
  *     reference library (cuBLASLt on GPUs, the CPU world's GEMM) or agmm's GEMM engine;
  *   - descriptor checks without a world (so bad command lines fail before any device starts);
+ *   - memory checks before allocating, and the fault spec's check (AGMM_FAULT, --fault);
  *   - core's helpers the benchmark shares with the library: bf16 conversion and the RNG
- *     (core/numeric.h), medians (core/stats.h), dtype sizes (core/validate.h). */
+ *     (core/numeric.h), medians (core/stats.h), dtype sizes (core/validate.h), message text
+ *     (core/text.h). */
 #ifndef AGMM_API_AGMM_EXT_H
 #define AGMM_API_AGMM_EXT_H
 
@@ -14,6 +16,7 @@
 #include "agmm.h"
 #include "../core/numeric.h"
 #include "../core/stats.h"
+#include "../core/text.h"
 #include "../core/validate.h"
 
 typedef struct agmm_ext_gemm agmm_ext_gemm;
@@ -40,5 +43,15 @@ void agmm_ext_gemm_destroy(agmm_ext_gemm *g);
  * why. */
 agmm_status agmm_ext_check_ag_matmul(const agmm_ag_matmul_desc *desc, int nranks, char *why, size_t why_len);
 agmm_status agmm_ext_check_all_reduce(const agmm_all_reduce_desc *desc, char *why, size_t why_len);
+
+/* Whether this rank can allocate host_bytes of host memory and device_bytes on its device (host
+ * memory in the CPU world), every local rank sharing a pool asking the same: AGMM_ERR_NO_MEMORY
+ * with "needs X of host memory (...), but Y is available (MemAvailable)" in why. Local. */
+agmm_status agmm_ext_check_memory(agmm_ctx *ctx, uint64_t host_bytes, uint64_t device_bytes, char *why,
+                                  size_t why_len);
+
+/* A fault spec (the grammar of AGMM_FAULT, README): AGMM_ERR_INVALID_ARG with what is wrong and the
+ * grammar in why. */
+agmm_status agmm_ext_check_fault(const char *spec, char *why, size_t why_len);
 
 #endif

@@ -130,6 +130,16 @@ agmm_status agmm_ext_check_ag_matmul(const agmm_ag_matmul_desc *desc, int nranks
     return check_backend(AGMM_OP_AG_MATMUL, desc->backend, why, why_len);
 }
 
+agmm_status agmm_ext_check_fault(const char *spec, char *why, size_t why_len)
+{
+    agmm_error err = {0};
+    agmm_fault f;
+    agmm_status st = agmm_fault_parse(spec, &f, &err);
+    if (st != AGMM_SUCCESS)
+        set_why(why, why_len, err.msg);
+    return st;
+}
+
 agmm_status agmm_ext_check_all_reduce(const agmm_all_reduce_desc *desc, char *why, size_t why_len)
 {
     agmm_error err = {0};

@@ -59,11 +59,17 @@ static agmm_status cpu_run(agmm_plan *plan, const void *vio, void *stream)
     return AGMM_SUCCESS;
 }
 
+static void cpu_mem_need(const agmm_plan *plan, agmm_mem_need *need)
+{
+    need->workspace_bytes += agmm_cpu_gemm_ws_bytes(plan->desc.mm.k);
+}
+
 static const agmm_backend_impl nccl_cpu_impl = {
     .needs = AGMM_CAP_PEER_MEMORY,
     .create = cpu_create,
     .run = cpu_run,
     .destroy = cpu_destroy,
+    .mem_need = cpu_mem_need,
 };
 
 /* ---- GPUs ---- */
@@ -123,11 +129,17 @@ fail:
     return st;
 }
 
+static void gpu_mem_need(const agmm_plan *plan, agmm_mem_need *need)
+{
+    need->workspace_bytes += AGMM_GEMM_LT_WORKSPACE_BYTES;
+}
+
 static const agmm_backend_impl nccl_gpu_impl = {
     .needs = AGMM_CAP_NCCL,
     .create = gpu_create,
     .run = gpu_run,
     .destroy = gpu_destroy,
+    .mem_need = gpu_mem_need,
 };
 #define NCCL_GPU (&nccl_gpu_impl)
 #else
