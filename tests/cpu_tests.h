@@ -42,6 +42,16 @@ void test_fault_spec(void);
 void test_fault_any_rank(void);
 void test_fault_matrix(void);
 
+/* test_messages.c: no message cut silently; rank lists and byte counts. */
+void test_messages_truncation(void);
+void test_messages_log_whole(void);
+void test_messages_words(void);
+
+/* test_plan_checks.c: memory and agreement, settled before a plan allocates. */
+void test_plan_host_memory(void);
+void test_plan_memory_check(void);
+void test_plan_agreement(void);
+
 /* 1 in a build under AddressSanitizer or ThreadSanitizer (whose reports go to stderr, and whose
  * allocators keep freed memory for a while). */
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)

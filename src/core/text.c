@@ -69,13 +69,15 @@ size_t agmm_format_ranks(char *buf, size_t len, uint64_t mask)
         }
         r = last;
     }
-    size_t used = agmm_format(buf, len, "%s", ranks == 1 ? "rank " : "ranks ");
-    for (int i = 0; i < items && used + 1 < len; i++) {
+    /* Whole in a buffer that holds any list (64 ranks), then into buf, marked if it is cut. */
+    char all[8 * 64 + 16];
+    size_t used = (size_t)snprintf(all, sizeof all, "%s", ranks == 1 ? "rank " : "ranks ");
+    for (int i = 0; i < items; i++) {
         const char *sep = i == 0 ? "" : i == items - 1 ? " and " : ", ";
         if (lo[i] == hi[i])
-            used += agmm_format(buf + used, len - used, "%s%d", sep, lo[i]);
+            used += (size_t)snprintf(all + used, sizeof all - used, "%s%d", sep, lo[i]);
         else
-            used += agmm_format(buf + used, len - used, "%s%d-%d", sep, lo[i], hi[i]);
+            used += (size_t)snprintf(all + used, sizeof all - used, "%s%d-%d", sep, lo[i], hi[i]);
     }
-    return used;
+    return agmm_format(buf, len, "%s", all);
 }
