@@ -42,6 +42,13 @@ void test_fault_spec(void);
 void test_fault_any_rank(void);
 void test_fault_matrix(void);
 
+/* test_steps.c: steps back to back, a rank slowed at random, inputs overwritten at once. */
+void test_steps_back_to_back(void);
+
+/* test_leaks.c: create/run/destroy cycles of plans and worlds leave the process flat. */
+void test_leaks_plan_cycles(void);
+void test_leaks_world_cycles(void);
+
 /* test_messages.c: no message cut silently; rank lists and byte counts. */
 void test_messages_truncation(void);
 void test_messages_log_whole(void);
