@@ -45,63 +45,62 @@ static void remove_tree(const char *root)
         fprintf(stderr, "could not remove %s\n", root);
 }
 
+/* One tree under a fresh folder: proc/meminfo, proc/self/cgroup and a cgroup mount at cgroup/. */
+typedef struct {
+    const char *what;
+    const char *files[8][2];      /* path under the folder, content; NULL ends */
+    uint64_t bytes;               /* what must be available */
+    const char *source;           /* what must bound it */
+} hostmem_case;
+
+static const char *const meminfo = "MemTotal:       4000 kB\nMemFree:         900 kB\nMemAvailable:    1000 kB\n";
+
+static const hostmem_case hostmem_cases[] = {
+    {"MemAvailable 1000 kB, cgroup v2 without a limit",
+     {{"proc/meminfo", meminfo}, {"proc/self/cgroup", "0::/a/b\n"}, {"cgroup/a/b/memory.max", "max\n"}},
+     1000 * 1024, "MemAvailable"},
+    {"cgroup v2 memory.max 600000 one level up on /a, 300000 used of which 50000 inactive file",
+     {{"proc/meminfo", meminfo}, {"proc/self/cgroup", "0::/a/b\n"}, {"cgroup/a/b/memory.max", "max\n"},
+      {"cgroup/a/memory.max", "600000\n"}, {"cgroup/a/memory.current", "300000\n"},
+      {"cgroup/a/memory.stat", "anon 250000\ninactive_file 50000\n"}},
+     350000, "memory.max of /a"},
+    {"cgroup v1 limit 500000 on /x (its child's \"no limit\" the largest value), 200000 used of which 20000 inactive",
+     {{"proc/meminfo", meminfo}, {"proc/self/cgroup", "5:cpu,cpuacct:/x\n4:memory:/x/y\n0::/\n"},
+      {"cgroup/memory/x/y/memory.limit_in_bytes", "9223372036854771712\n"},
+      {"cgroup/memory/x/memory.limit_in_bytes", "500000\n"}, {"cgroup/memory/x/memory.usage_in_bytes", "200000\n"},
+      {"cgroup/memory/x/memory.stat", "cache 1\ntotal_inactive_file 20000\n"}},
+     320000, "memory.limit_in_bytes of /x"},
+    {"cgroup v2 namespace (its path not under the mount): the mount's root limit",
+     {{"proc/meminfo", meminfo}, {"proc/self/cgroup", "0::/elsewhere\n"}, {"cgroup/memory.max", "700000\n"},
+      {"cgroup/memory.current", "100000\n"}},
+     600000, "memory.max of /"},
+    {"usage above the cgroup limit: nothing left, not a wrapped-around number",
+     {{"proc/meminfo", meminfo}, {"proc/self/cgroup", "0::/\n"}, {"cgroup/memory.max", "700000\n"},
+      {"cgroup/memory.current", "900000\n"}},
+     0, "memory.max of /"},
+};
+
 void test_plan_host_memory(void)
 {
-    char root[] = "/tmp/agmm-hostmem-XXXXXX";
-    if (mkdtemp(root) == NULL) {
-        agmm_check(0, "host memory: cannot make a temporary folder");
-        return;
-    }
-    char proc[600], cg[600];
-    snprintf(proc, sizeof proc, "%s/proc", root);
-    snprintf(cg, sizeof cg, "%s/cgroup", root);
-    mkdir(cg, 0700);
     agmm_host_memory m;
-
-    /* No cgroup limit: MemAvailable. */
-    write_file(root, "proc/meminfo", "MemTotal:       4000 kB\nMemFree:         900 kB\nMemAvailable:    1000 kB\n");
-    write_file(root, "proc/self/cgroup", "0::/a/b\n");
-    write_file(cg, "a/b/memory.max", "max\n");
-    agmm_host_memory_available_at(proc, cg, &m);
-    agmm_check(m.bytes == 1000 * 1024 && strcmp(m.source, "MemAvailable") == 0,
-               "host memory: MemAvailable 1000 kB, cgroup v2 without a limit -> %llu bytes (%s)",
-               (unsigned long long)m.bytes, m.source);
-
-    /* cgroup v2: a limit one level up; its inactive file pages count as free. */
-    write_file(cg, "a/memory.max", "600000\n");
-    write_file(cg, "a/memory.current", "300000\n");
-    write_file(cg, "a/memory.stat", "anon 250000\ninactive_file 50000\n");
-    agmm_host_memory_available_at(proc, cg, &m);
-    agmm_check(m.bytes == 600000 - 250000 && strstr(m.source, "memory.max of /a"),
-               "host memory: cgroup v2 memory.max 600000 on /a, 300000 used of which 50000 inactive file -> %llu "
-               "(%s)",
-               (unsigned long long)m.bytes, m.source);
-
-    /* cgroup v1: the memory controller's limit, and "no limit" written as the largest value. */
-    write_file(root, "proc/self/cgroup", "5:cpu,cpuacct:/x\n4:memory:/x/y\n0::/\n");
-    write_file(cg, "memory/x/y/memory.limit_in_bytes", "9223372036854771712\n");
-    write_file(cg, "memory/x/memory.limit_in_bytes", "500000\n");
-    write_file(cg, "memory/x/memory.usage_in_bytes", "200000\n");
-    write_file(cg, "memory/x/memory.stat", "cache 1\ntotal_inactive_file 20000\n");
-    agmm_host_memory_available_at(proc, cg, &m);
-    agmm_check(m.bytes == 500000 - 180000 && strstr(m.source, "memory.limit_in_bytes of /x"),
-               "host memory: cgroup v1 limit 500000 on /x (its child unlimited), 200000 used of which 20000 inactive "
-               "-> %llu (%s)",
-               (unsigned long long)m.bytes, m.source);
-
-    /* A cgroup namespace: the path is not under the mount; the mount's root is the process's. */
-    write_file(root, "proc/self/cgroup", "0::/elsewhere\n");
-    write_file(cg, "memory.max", "700000\n");
-    write_file(cg, "memory.current", "100000\n");
-    agmm_host_memory_available_at(proc, cg, &m);
-    agmm_check(m.bytes == 600000, "host memory: cgroup v2 namespace (path not mounted): the mount's root limit -> %llu (%s)",
-               (unsigned long long)m.bytes, m.source);
-
-    /* Over the limit already: nothing left, not a wrapped-around huge number. */
-    write_file(cg, "memory.current", "900000\n");
-    agmm_host_memory_available_at(proc, cg, &m);
-    agmm_check(m.bytes == 0, "host memory: usage above the cgroup limit -> 0 left (got %llu)", (unsigned long long)m.bytes);
-    remove_tree(root);
+    for (size_t i = 0; i < sizeof hostmem_cases / sizeof *hostmem_cases; i++) {
+        const hostmem_case *c = &hostmem_cases[i];
+        char root[] = "/tmp/agmm-hostmem-XXXXXX", proc[64], cg[64];
+        if (mkdtemp(root) == NULL) {
+            agmm_check(0, "host memory: cannot make a temporary folder");
+            return;
+        }
+        for (int f = 0; f < 8 && c->files[f][0]; f++)
+            write_file(root, c->files[f][0], c->files[f][1]);
+        snprintf(proc, sizeof proc, "%s/proc", root);
+        snprintf(cg, sizeof cg, "%s/cgroup", root);
+        mkdir(cg, 0700);
+        agmm_host_memory_available_at(proc, cg, &m);
+        remove_tree(root);
+        agmm_check(m.bytes == c->bytes && strstr(m.source, c->source),
+                   "host memory: %s -> %llu (want %llu, bounded by %s; got \"%s\")", c->what,
+                   (unsigned long long)m.bytes, (unsigned long long)c->bytes, c->source, m.source);
+    }
 
     agmm_host_memory_available(&m);
     agmm_check(m.bytes > 0 && m.bytes < UINT64_MAX && m.source[0],
