@@ -33,7 +33,7 @@ static void set_why(char *why, size_t len, const char *msg)
 {
     if (why && len) {
         const char *tail = strstr(msg, ": ");
-        snprintf(why, len, "%s", tail ? tail + 2 : msg);
+        agmm_format(why, len, "%s", tail ? tail + 2 : msg);
     }
 }
 
@@ -115,7 +115,7 @@ static agmm_status check_backend(agmm_op op, const char *name, char *why, size_t
     char list[256];
     agmm_backend_list(op, list, sizeof list);
     if (why && len)
-        snprintf(why, len, "backend=%s: %s takes auto, %s", name, agmm_op_name(op), list);
+        agmm_format(why, len, "backend=%s: %s takes auto, %s", name, agmm_op_name(op), list);
     return AGMM_ERR_INVALID_ARG;
 }
 

@@ -6,6 +6,8 @@
 
 size_t agmm_vformat(char *buf, size_t len, const char *fmt, va_list ap)
 {
+    if (len == 0)
+        return 0;
     int need = vsnprintf(buf, len, fmt, ap);
     if (need < 0) {
         buf[0] = '\0';

@@ -10,7 +10,7 @@
 /* What ends a message that did not fit its buffer: "…(truncated)" (UTF-8). */
 #define AGMM_TRUNCATED "\xe2\x80\xa6(truncated)"
 
-/* vsnprintf into buf (len bytes, len > 0). A message longer than buf ends, where it was cut, with
+/* vsnprintf into buf (len bytes; nothing is written where len is 0). A message longer than buf ends, where it was cut, with
  * AGMM_TRUNCATED instead of stopping mid-word unannounced (never inside a UTF-8 character).
  * Returns the length written. */
 size_t agmm_vformat(char *buf, size_t len, const char *fmt, va_list ap);
