@@ -298,7 +298,8 @@ void fault_scenario_check(const fault_case *c, const fault_outcome *outs, int me
     }
     agmm_check(peers_ok && worst < c->timeout_s + 1.0 && least >= c->timeout_s * 0.9,
                "%s: every other rank's %s call returns AGMM_ERR_TIMEOUT naming rank %d after %.2f..%.2f s%s: \"%s\"%s%s",
-               what, c->point, c->faulted, least, worst, messages ? "" : " (message not read: see below)", example,
+               what, c->point, c->faulted, least, worst,
+               messages ? "" : " (its message not read: under a sanitizer stderr is not captured)", example,
                bad[0] ? "; wrong: " : "", bad);
 }
 
