@@ -33,7 +33,8 @@
  *     header).
  *   - Streams are `void *` holding a cudaStream_t. In the CPU world they are ignored and calls
  *     that enqueue work are blocking instead.
- *   - The library never writes to stdout and never exits the process; diagnostics go to stderr,
+ *   - The library never writes to stdout and never exits the process (unless AGMM_FAULT, the
+ *     fault injection of tests, asks a process-world rank to: README); diagnostics go to stderr,
  *     prefixed with the rank, at the level AGMM_LOG sets (error|warn|info|debug; default warn).
  *
  * Environment the library changes, each only where the variable is not already set:
@@ -189,8 +190,8 @@ agmm_status agmm_world_join(agmm_world **world, const agmm_join_config *config, 
 /* Creates the context of global rank `rank` (one of this process's local ranks). Collective over
  * the world: every rank calls it, each on its own thread (agmm_world_run does this). The
  * calling thread is the one that enqueues the rank's work from then on (its CUDA device is made
- * current). Statuses: AGMM_ERR_INVALID_ARG (rank out of range), AGMM_ERR_TIMEOUT (a peer never
- * came), CUDA/NCCL errors. */
+ * current). Statuses: AGMM_ERR_INVALID_ARG (rank out of range, a malformed AGMM_FAULT),
+ * AGMM_ERR_TIMEOUT (a peer never came), CUDA/NCCL errors; the detail of a failure goes to stderr. */
 agmm_status agmm_ctx_create(agmm_ctx **ctx, agmm_world *world, int rank);
 /* Collective: every rank destroys its context, after its plans. */
 void agmm_ctx_destroy(agmm_ctx *ctx);
@@ -262,9 +263,13 @@ typedef struct {
 
 /* Plans an operation on one rank. Collective (it allocates symmetric memory; every rank passes
  * the same descriptor). The descriptor is copied; the backend string need not outlive the call.
- * The plan owns its symmetric input buffer (agmm_plan_input). Statuses: AGMM_ERR_INVALID_ARG
- * (a shape or backend, named in agmm_last_error), AGMM_ERR_UNSUPPORTED (a backend this world
- * cannot run: "skipped: ..."), AGMM_ERR_NO_MEMORY, CUDA/NCCL/cuBLAS errors, AGMM_ERR_TIMEOUT. */
+ * The plan owns its symmetric input buffer (agmm_plan_input). Before anything is allocated the
+ * ranks compare their descriptors (with the backend each resolved) and memory verdicts: ranks
+ * that disagree, or one short of memory, fail the same way on every rank. Statuses:
+ * AGMM_ERR_INVALID_ARG (a shape or backend, named in agmm_last_error; or ranks that disagree,
+ * naming them), AGMM_ERR_UNSUPPORTED (a backend this world cannot run: "skipped: ..."),
+ * AGMM_ERR_NO_MEMORY (the memory needed and available, named), CUDA/NCCL/cuBLAS errors,
+ * AGMM_ERR_TIMEOUT. */
 agmm_status agmm_plan_ag_matmul(agmm_plan **plan, agmm_ctx *ctx, const agmm_ag_matmul_desc *desc);
 agmm_status agmm_plan_all_reduce(agmm_plan **plan, agmm_ctx *ctx, const agmm_all_reduce_desc *desc);
 /* Collective: a rank destroys its plans in the same order as its peers. */

@@ -53,6 +53,55 @@ bad --shape --world cpu --shape "2^,8,8"
 bad one_shot --world cpu --op ag_matmul --backends one_shot
 bad "listed twice" --world cpu --backends nccl,ce,nccl
 
+bad "--bogus-flag: unknown option" --bogus-flag
+bad "--bogus-flag: unknown option" --bogus-flag x
+bad "--fault rank=x" --fault "rank=x,at=run,action=exit"
+bad "the grammar is rank=R,at=POINT,action=ACTION" --fault "rank=1,at=run"
+bad "action=delay needs ms=N" --fault "rank=1,at=run,action=delay"
+AGMM_FAULT="rank=1,at=nowhere,action=exit" bad "AGMM_FAULT rank=1,at=nowhere" --world cpu
+
+# Every option --help shows with a value says so when the value is missing: the help text is
+# agmm-bench's table of options, so an option missing from it would be "unknown".
+missing=""
+for opt in $("$bench" --help | sed -n -E 's/^  (--[a-z-]+) [A-Z].*/\1/p'); do
+    "$bench" "$opt" >/dev/null 2>"$tmp/err"
+    grep -q -- "$opt: needs a value" "$tmp/err" || missing="$missing $opt"
+done
+check "every option with a value in --help says \"needs a value\" without one (wrong:${missing:- none})" \
+    $([ -z "$missing" ]; echo $?)
+
+# Output files are checked before the sweep: nothing runs, nothing is printed to stdout.
+for args in "--csv /nonexistent-agmm/x.csv|its folder /nonexistent-agmm does not exist" \
+            "--json $tmp|is a directory"; do
+    opt=${args%%|*} want=${args#*|}
+    # shellcheck disable=SC2086 # the option and its path are two words
+    "$bench" --world cpu $opt >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    grep -q -- "$want" "$tmp/err" && [ ! -s "$tmp/out" ]
+    check "'$opt' -> exit 2 before the sweep, naming why (got $rc: $(head -c 160 "$tmp/err"))" \
+        $(( rc != 2 || $? != 0 ))
+done
+
+# Too big for memory: a message with both numbers within seconds, never an OOM kill (exit 137).
+t0=$SECONDS
+timeout 60 "$bench" --world cpu --shape 1000000,8192,8192 >"$tmp/out" 2>"$tmp/err"
+rc=$?
+grep -q "needs .* of host memory (.* per rank x 4 ranks sharing it), but .* is available (" "$tmp/out"
+check "--shape 1000000,8192,8192 on the CPU: exit 1 in $((SECONDS - t0)) s with the memory needed and available (got $rc)" \
+    $(( rc != 1 || $? != 0 || SECONDS - t0 > 10 ))
+
+# Faults through --fault: a rank that leaves fails the cell (its peers time out, bounded by
+# --timeout); a delay changes nothing.
+timeout 60 "$bench" --world cpu --ranks 3 --shape 32,16,16 --backends ce --warmup 0 --iters 1 --timeout 0.3 \
+    --fault rank=1,at=run,action=exit >"$tmp/out" 2>"$tmp/err"
+rc=$?
+grep -q "rank 1: .*injected fault (AGMM_FAULT): exit at run" "$tmp/out"
+check "--fault rank=1,at=run,action=exit: exit 1, the injected fault in the table (got $rc)" $(( rc != 1 || $? != 0 ))
+timeout 60 "$bench" --world cpu --ranks 3 --shape 32,16,16 --warmup 1 --iters 2 --timeout 2 \
+    --fault rank=2,at=run,action=delay,ms=20 >"$tmp/out" 2>"$tmp/err"
+rc=$?
+check "--fault rank=2,at=run,action=delay,ms=20: every cell correct, exit 0 (got $rc; $(tail -c 200 "$tmp/err"))" $rc
+
 "$bench" --help >"$tmp/out" 2>&1
 rc=$?
 grep -q -- "--shape M,N,K" "$tmp/out"
@@ -77,8 +126,9 @@ check "JSON parses" $?
 "$bench" --world cpu --op all_reduce --ranks 2 --sizes 2^40,8 --backends one_shot --warmup 0 --iters 1 \
     --csv "$tmp/e.csv" >"$tmp/out" 2>"$tmp/err"
 rc=$?
-[ $rc -eq 1 ] && awk -F, '$9 == "ERROR" { n++; if ($21 != "") bad = 1 } END { exit bad || n != 1 }' "$tmp/e.csv"
-check "an unrunnable cell exits 1 with an empty err in the CSV (got $rc)" $?
+[ $rc -eq 1 ] && awk -F, '$9 == "ERROR" { n++; if ($21 != "") bad = 1 } END { exit bad || n != 1 }' "$tmp/e.csv" &&
+    grep -q "needs .* of host memory .* is available" "$tmp/e.csv"
+check "a cell too big for memory (2^40 elements) exits 1, says so, with an empty err in the CSV (got $rc)" $?
 
 "$bench" --world cpu --op all_reduce --ranks 5 --sizes 1,7,4093 --dtype fp32 --warmup 0 --iters 1 \
     >"$tmp/out" 2>"$tmp/err"

@@ -40,6 +40,40 @@ void test_symmetric_input(void);
 /* test_ownership.c: memory outlives its owner for a late peer; agreed failures, unusable worlds. */
 void test_ownership_late_rank(void);
 void test_ownership_agreement(void);
+/* test_fault.c: fault injection (AGMM_FAULT). */
+void test_fault_spec(void);
+void test_fault_any_rank(void);
+void test_fault_matrix(void);
+
+/* test_steps.c: steps back to back, a rank slowed at random, inputs overwritten at once. */
+void test_steps_back_to_back(void);
+
+/* test_leaks.c: create/run/destroy cycles of plans and worlds leave the process flat. */
+void test_leaks_plan_cycles(void);
+void test_leaks_world_cycles(void);
+
+/* test_messages.c: no message cut silently; rank lists and byte counts. */
+void test_messages_truncation(void);
+void test_messages_log_whole(void);
+void test_messages_words(void);
+
+/* test_plan_checks.c: memory and agreement, settled before a plan allocates. */
+void test_plan_host_memory(void);
+void test_plan_memory_check(void);
+void test_plan_agreement(void);
+
+/* 1 in a build under AddressSanitizer or ThreadSanitizer (whose reports go to stderr, and whose
+ * allocators keep freed memory for a while). */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define TEST_SANITIZED 1
+#endif
+#endif
+#ifndef TEST_SANITIZED
+#define TEST_SANITIZED 0
+#endif
 
 /* Helpers of the CPU tests (test_cpu_backends.c). */
 /* A CPU world of nranks ranks (timeout_s 0: the default), or NULL after a FAIL line. */

@@ -1,6 +1,7 @@
 /* The test harness (harness.h). */
 #include "harness.h"
 
+#include <dirent.h>
 #include <stdarg.h>
 #include <string.h>
 
@@ -55,4 +56,32 @@ int agmm_test_main(const agmm_test_case *cases, int ncases, const char *filter)
         cases[i].fn();
     }
     return agmm_test_summary();
+}
+
+int agmm_proc_usage_now(agmm_proc_usage *u)
+{
+    memset(u, 0, sizeof *u);
+    FILE *f = fopen("/proc/self/status", "r");
+    if (f == NULL)
+        return -1;
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+        sscanf(line, "VmRSS: %ld", &u->rss_kb);
+        sscanf(line, "VmSize: %ld", &u->vm_kb);
+    }
+    fclose(f);
+    f = fopen("/proc/self/maps", "r");
+    if (f == NULL)
+        return -1;
+    for (int c; (c = fgetc(f)) != EOF;)
+        u->maps += c == '\n';
+    fclose(f);
+    DIR *d = opendir("/proc/self/fd");
+    if (d == NULL)
+        return -1;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        u->fds += e->d_name[0] != '.';
+    closedir(d);
+    u->fds--; /* the directory stream's own descriptor */
+    return 0;
 }

@@ -29,4 +29,14 @@ typedef struct {
 /* Runs the cases whose name contains `filter` (NULL: all) and returns the exit code. */
 int agmm_test_main(const agmm_test_case *cases, int ncases, const char *filter);
 
+/* What the process holds, read from /proc/self (the leak tests compare two of these). */
+typedef struct {
+    long rss_kb;    /* VmRSS: resident memory */
+    long vm_kb;     /* VmSize: mapped address space */
+    long maps;      /* mappings (lines of /proc/self/maps) */
+    long fds;       /* open file descriptors (entries of /proc/self/fd) */
+} agmm_proc_usage;
+/* 0 on success, -1 where /proc cannot be read. */
+int agmm_proc_usage_now(agmm_proc_usage *u);
+
 #endif

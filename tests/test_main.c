@@ -25,6 +25,18 @@ static const agmm_test_case cases[] = {
     {"cpu/symmetric_input", test_symmetric_input},
     {"ownership/late_rank", test_ownership_late_rank},
     {"ownership/agreement", test_ownership_agreement},
+    {"messages/truncation", test_messages_truncation},
+    {"messages/log_whole", test_messages_log_whole},
+    {"messages/words", test_messages_words},
+    {"plan/host_memory", test_plan_host_memory},
+    {"plan/memory_check", test_plan_memory_check},
+    {"plan/agreement", test_plan_agreement},
+    {"fault/spec", test_fault_spec},
+    {"fault/any_rank", test_fault_any_rank},
+    {"fault/matrix", test_fault_matrix},
+    {"steps/back_to_back", test_steps_back_to_back},
+    {"leaks/plan_cycles", test_leaks_plan_cycles},
+    {"leaks/world_cycles", test_leaks_world_cycles},
 };
 
 int main(int argc, char **argv)

@@ -2,10 +2,13 @@
  * reference, times it and prints the seed's table (docs/design.md, "Benchmark method"). On a
  * machine without a GPU it runs the CPU world and says so. */
 #include <errno.h>
+#include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "bench.h"
 #include "bench_sync.h"
@@ -39,8 +42,12 @@ static const char *const usage_head =
     "  --timeout SEC       bound on every wait for a peer (default 5)\n"
     "  --csv FILE          write every figure as CSV\n"
     "  --json FILE         write every figure as JSON\n"
+    "  --fault SPEC        inject a fault: rank=R,at=POINT,action=ACTION[,ms=N] (the README's\n"
+    "                      AGMM_FAULT; POINT create, plan or run; ACTION delay, hang or exit)\n"
     "  --help              this text\n"
     "\n"
+    "Each row's buffers are checked against the memory available before the row runs, and the\n"
+    "output files before the sweep.\n"
     "Exit status: 0 every cell correct or skipped, 1 a wrong result or an error, 2 bad arguments.\n"
     "\n"
     "Under a launcher (torchrun --no-python, mpirun, srun, or RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT\n"
@@ -80,6 +87,55 @@ static int bad(const char *opt, const char *val, const char *allowed)
     else
         fprintf(stderr, "%s: %s: %s (see --help)\n", who, opt, allowed);
     return 2;
+}
+
+/* Whether `a` is an option, and whether it takes a value: the help text is the table of options
+ * ("  --op OP  ..." takes one, "  --check  ..." does not), so an option exists once it is
+ * documented. -h is --help's short form. */
+static int known_option(const char *a, int *takes_value)
+{
+    *takes_value = 0;
+    if (strcmp(a, "-h") == 0)
+        return 1;
+    size_t len = strlen(a);
+    if (len < 3 || strncmp(a, "--", 2) != 0)
+        return 0;
+    for (const char *p = strstr(usage_head, "\n  --"); p; p = strstr(p + 1, "\n  --")) {
+        if (strncmp(p + 3, a, len) == 0 && (p[3 + len] == ' ' || p[3 + len] == '\n')) {
+            *takes_value = p[3 + len] == ' ' && p[4 + len] != ' ';
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* An output file must be writable before the sweep, not found unwritable after it; 0 if it is. */
+static int check_output(const char *opt, const char *path)
+{
+    struct stat sb;
+    if (stat(path, &sb) == 0) {
+        if (S_ISDIR(sb.st_mode))
+            return bad(opt, path, "is a directory, not a file");
+        if (access(path, W_OK) != 0)
+            return bad(opt, path, "the file exists and cannot be written");
+        return 0;
+    }
+    if (errno != ENOENT)
+        return bad(opt, path, strerror(errno));
+    char copy[PATH_MAX];
+    if (agmm_format(copy, sizeof copy, "%s", path) >= sizeof copy - 1)
+        return bad(opt, path, "the path is too long");
+    const char *dir = dirname(copy);
+    char why[PATH_MAX + 64];
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        agmm_format(why, sizeof why, "its folder %s does not exist", dir);
+        return bad(opt, path, why);
+    }
+    if (access(dir, W_OK | X_OK) != 0) {
+        agmm_format(why, sizeof why, "its folder %s is not writable", dir);
+        return bad(opt, path, why);
+    }
+    return 0;
 }
 
 /* Parses a whole decimal integer or 2^E into [lo, hi]; 0 on success. */
@@ -195,7 +251,11 @@ int bench_parse(int argc, char **argv, bench_options *o)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int takes = 1;
+        int takes = 1, wants_value = 0;
+        if (!known_option(a, &wants_value))
+            return bad(a, NULL, "unknown option");
+        if (wants_value && v == NULL)
+            return bad(a, NULL, "needs a value");
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             bench_usage(stdout);
             return 1;
@@ -206,8 +266,6 @@ int bench_parse(int argc, char **argv, bench_options *o)
             o->flush = 0, takes = 0;
         } else if (!strcmp(a, "--check")) {
             o->check_only = 1, takes = 0;
-        } else if (v == NULL && strncmp(a, "--", 2) == 0) {
-            return bad(a, NULL, "needs a value");
         } else if (!strcmp(a, "--op")) {
             if (!strcmp(v, "ag_matmul")) o->op = AGMM_OP_AG_MATMUL;
             else if (!strcmp(v, "all_reduce")) o->op = AGMM_OP_ALL_REDUCE;
@@ -262,6 +320,8 @@ int bench_parse(int argc, char **argv, bench_options *o)
             o->csv_path = v;
         } else if (!strcmp(a, "--json")) {
             o->json_path = v;
+        } else if (!strcmp(a, "--fault")) {
+            o->fault = v;
         } else {
             return bad(a, NULL, "unknown option");
         }
@@ -297,6 +357,16 @@ int bench_parse(int argc, char **argv, bench_options *o)
                 return bad("--sizes", f[i], "must be an integer (or 2^E) in 1..2^40");
         o->nrows = n;
     }
+    if ((o->csv_path && check_output("--csv", o->csv_path)) || (o->json_path && check_output("--json", o->json_path)))
+        return 2;
+    /* A fault spec, from --fault or the environment, is checked here (exit 2 with the grammar);
+     * --fault reaches the library as AGMM_FAULT. */
+    const char *spec = o->fault ? o->fault : getenv("AGMM_FAULT");
+    char why[AGMM_ERROR_LEN];
+    if (spec && agmm_ext_check_fault(spec, why, sizeof why) != AGMM_SUCCESS)
+        return bad(o->fault ? "--fault" : "AGMM_FAULT", spec, why);
+    if (o->fault && setenv("AGMM_FAULT", o->fault, 1) != 0)
+        return bad("--fault", o->fault, strerror(errno));
     return 0;
 }
 

@@ -33,13 +33,14 @@ typedef struct {
     agmm_dtype dtype;
     double timeout_s;
     const char *csv_path, *json_path;
+    const char *fault;           /* --fault SPEC (exported as AGMM_FAULT), or NULL */
 } bench_options;
 
 typedef enum { CELL_EMPTY = 0, CELL_OK, CELL_WRONG, CELL_SKIPPED, CELL_ERROR } cell_state;
 
 typedef struct {
     cell_state state;
-    char note[160];              /* why skipped / what failed */
+    char note[AGMM_ERROR_LEN + 32]; /* why skipped / what failed: "rank R: " and the library's message */
     double mean_us, median_us, min_us, max_us;
     double err;                  /* rel. Frobenius error of C or of the sum (max over ranks) */
     int exact_a;                 /* gathered A equal bit for bit on every rank */

@@ -96,7 +96,7 @@ static int cell_fail(cell_job *j, cell_state state, const char *what)
     bench_sync_lock(j->res);
     if (cell->state == CELL_EMPTY || cell->state == CELL_OK) {
         cell->state = state;
-        snprintf(cell->note, sizeof cell->note, "rank %d: %.140s", j->rank, what);
+        agmm_format(cell->note, sizeof cell->note, "rank %d: %s", j->rank, what);
     }
     bench_sync_unlock(j->res);
     return 0;
@@ -341,6 +341,57 @@ static void run_all_reduce(cell_job *j)
     agmm_plan_destroy(plan);
 }
 
+/* What one rank of row `row` allocates at most, in bytes: host buffers (inputs, downloads, the
+ * reference's scratch) and device buffers (outputs, and the plan's symmetric input, which the
+ * library checks on its own too); rank 0's plain GEMM first allocates the gathered shape. */
+static void row_need(const bench_results *r, int row, int plain_gemm, uint64_t *host, uint64_t *device)
+{
+    const bench_row *w = &r->rows[row];
+    const uint64_t nr = (uint64_t)r->nranks, m = (uint64_t)w->m, n = (uint64_t)w->n, k = (uint64_t)w->k;
+    if (r->opt.op == AGMM_OP_AG_MATMUL) {
+        *host = (m * k + k * n + nr * m * k + nr * m * n) * 2 + n * sizeof(double);
+        *device = (k * n + nr * m * k + nr * m * n + m * k) * 2;
+        if (plain_gemm) {
+            const uint64_t gemm_host = (nr * m * k + k * n) * 2, gemm_device = (nr * m * k + k * n + nr * m * n) * 2;
+            *host = *host > gemm_host ? *host : gemm_host;
+            *device = *device > gemm_device ? *device : gemm_device;
+        }
+    } else {
+        const uint64_t esz = r->opt.dtype == AGMM_DTYPE_F32 ? 4 : 2;
+        *host = n * (2 * esz + 2 * sizeof(float));
+        *device = 2 * n * esz;
+    }
+}
+
+/* Whether row j->row fits in memory, the same answer on every rank: a rank short of memory fails
+ * every cell of the row before anything is allocated (an overcommitting kernel would grant the
+ * allocation and kill the process on touching it). */
+static int row_fits(cell_job *j)
+{
+    bench_results *res = j->res;
+    bench_row *row = &res->rows[j->row];
+    uint64_t host = 0, device = 0;
+    row_need(res, j->row, j->rank == 0 && res->opt.op == AGMM_OP_AG_MATMUL && !res->opt.check_only, &host, &device);
+    char why[AGMM_ERROR_LEN], what[AGMM_ERROR_LEN + 32];
+    const int bi = j->bi;
+    j->bi = 0;
+    if (agmm_ext_check_memory(j->ctx, host, device, why, sizeof why) != AGMM_SUCCESS) {
+        agmm_format(what, sizeof what, "not run: for this row's buffers agmm-bench %s", why);
+        cell_fail(j, CELL_ERROR, what);
+    }
+    /* Every rank's verdict, merged into cell 0 alike on every rank (threads or processes); a row
+     * that does not fit anywhere is not run anywhere, and all its cells say why. */
+    int ok = bench_sync_cell(res, j->row, 0);
+    j->bi = bi;
+    if (!ok) {
+        bench_sync_lock(res);
+        for (int b = 1; b < res->nbackends; b++)
+            row->cell[b] = row->cell[0];
+        bench_sync_unlock(res);
+    }
+    return ok;
+}
+
 agmm_status bench_rank_main(agmm_ctx *ctx, void *arg)
 {
     bench_results *res = arg;
@@ -356,6 +407,11 @@ agmm_status bench_rank_main(agmm_ctx *ctx, void *arg)
     }
     cell_job j = {ctx, res, &dev, agmm_ctx_rank(ctx), res->nranks, 0, 0};
     for (j.row = 0; j.row < res->nrows && !res->world_failed; j.row++) {
+        if (!row_fits(&j)) {
+            if (j.rank == 0)
+                bench_progress(res, j.row);
+            continue;
+        }
         if (res->opt.op == AGMM_OP_AG_MATMUL && res->opt.check_only == 0) {
             bench_row *row = &res->rows[j.row];
             if (j.rank == 0)

@@ -4,8 +4,10 @@
  *     reference library (cuBLASLt on GPUs, the CPU world's GEMM) or agmm's GEMM engine;
  *   - descriptor checks without a world (so bad command lines fail before any device starts);
  *   - the host collectives its ranks merge their results with, when they are processes;
+ *   - memory checks before allocating, and the fault spec's check (AGMM_FAULT, --fault);
  *   - core's helpers the benchmark shares with the library: bf16 conversion and the RNG
- *     (core/numeric.h), medians (core/stats.h), dtype sizes (core/validate.h). */
+ *     (core/numeric.h), medians (core/stats.h), dtype sizes (core/validate.h), message text
+ *     (core/text.h). */
 #ifndef AGMM_API_AGMM_EXT_H
 #define AGMM_API_AGMM_EXT_H
 
@@ -15,6 +17,7 @@
 #include "agmm.h"
 #include "../core/numeric.h"
 #include "../core/stats.h"
+#include "../core/text.h"
 #include "../core/validate.h"
 
 typedef struct agmm_ext_gemm agmm_ext_gemm;
@@ -52,5 +55,15 @@ agmm_status agmm_ext_exchange(agmm_ctx *ctx, const void *mine, size_t bytes, voi
  * so that agmm_world_join can form a world of processes from them; -1 without a launcher's
  * variables; 0 if they cannot be read (agmm_world_join then says why). */
 int agmm_ext_launch_rank(void);
+
+/* Whether this rank can allocate host_bytes of host memory and device_bytes on its device (host
+ * memory in the CPU world), every local rank sharing a pool asking the same: AGMM_ERR_NO_MEMORY
+ * with "needs X of host memory (...), but Y is available (MemAvailable)" in why. Local. */
+agmm_status agmm_ext_check_memory(agmm_ctx *ctx, uint64_t host_bytes, uint64_t device_bytes, char *why,
+                                  size_t why_len);
+
+/* A fault spec (the grammar of AGMM_FAULT, README): AGMM_ERR_INVALID_ARG with what is wrong and the
+ * grammar in why. */
+agmm_status agmm_ext_check_fault(const char *spec, char *why, size_t why_len);
 
 #endif

@@ -27,6 +27,9 @@ typedef struct {
     /* Checks one run's io against the plan (pointers given, alignment, overlaps, reserved); the
      * run's input (plan->in) is resolved already. */
     agmm_status (*check_io)(const agmm_plan *plan, const void *io, agmm_error *err);
+    /* The installed descriptor as text, every field the ranks must agree on ("M=64 N=32 K=16
+     * b_layout=col splits=2"): what plan creation compares across ranks. */
+    size_t (*describe)(const agmm_plan *plan, char *buf, size_t len);
 } agmm_op_type;
 
 /* The type of `op`, or NULL for an unknown value. */
@@ -41,5 +44,39 @@ const agmm_backend_impl *agmm_backend_usable(const agmm_backend *b, const agmm_w
 
 /* "nccl, ce or fused": the names of op's backends, for messages. */
 void agmm_backend_list(agmm_op op, char *buf, size_t len);
+
+/* ---- memory known before allocating (memory.c) ---- */
+
+/* A pool a rank allocates from: its GPU's memory, or host memory. */
+typedef struct {
+    uint64_t avail_bytes;  /* what it has left (UINT64_MAX: unknown) */
+    int sharers;           /* ranks of this process drawing on it, each asking alike */
+    int gpu;               /* 1: GPU memory (cudaMemGetInfo); 0: host memory */
+    char source[72];       /* what bounds avail_bytes, for messages */
+} agmm_mem_pool;
+
+/* The pool of the rank's device (device = 1: its GPU, or host memory in the CPU world) or of host
+ * memory (device = 0). Local. */
+void agmm_mem_pool_of(agmm_ctx *ctx, int device, agmm_mem_pool *pool);
+/* 1 if every sharer of the pool can take per_rank bytes. */
+int agmm_mem_fits(uint64_t per_rank, const agmm_mem_pool *pool);
+/* "needs 61.0 GiB of host memory (15.3 GiB per rank x 4 ranks sharing it; PARTS), but 21.9 GiB
+ * is available (MemAvailable)". */
+size_t agmm_mem_shortfall_text(char *buf, size_t len, uint64_t per_rank, const char *parts, const agmm_mem_pool *pool);
+
+/* ---- what every rank settles before a plan allocates anything (plan_agree.c) ---- */
+
+/* Collective. Exchanges every rank's descriptor (as the operation describes it, with the backend
+ * it resolved to) and memory verdict: the need of the plan (input_bytes of symmetric input and the
+ * implementation's mem_need) against its pool. Ranks that disagree get AGMM_ERR_INVALID_ARG on
+ * every rank, a rank short of memory AGMM_ERR_NO_MEMORY on every rank, each naming the ranks and
+ * numbers; nothing is allocated then, and the ranks stay in step. */
+agmm_status agmm_plan_agree(agmm_plan *plan, uint64_t input_bytes);
+
+/* ---- fault points (ctx.c) ---- */
+
+/* The fault point `at` of ctx's rank (core/fault.h): AGMM_SUCCESS to carry on, else the injected
+ * failure, recorded in the rank's error record. */
+agmm_status agmm_api_fault_point(agmm_ctx *ctx, const agmm_fault *f, agmm_fault_at at, uint64_t occurrence);
 
 #endif

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "../core/text.h"
 
 const char *agmm_backend_name(agmm_op op, int index)
 {
@@ -33,7 +34,7 @@ const agmm_backend_impl *agmm_backend_usable(const agmm_backend *b, const agmm_w
     const agmm_backend_impl *impl = agmm_backend_impl_for(b, caps);
     if (impl == NULL) {
         if (why)
-            snprintf(why, why_len, "skipped: %s/%s %s", agmm_op_name(b->op), b->name,
+            agmm_format(why, why_len, "skipped: %s/%s %s", agmm_op_name(b->op), b->name,
                      !(caps & AGMM_CAP_GPU)                ? "runs on GPUs only, not in the CPU world"
                      : (b->devices & AGMM_DEVICE_GPU) != 0 ? "runs on GPUs, but this agmm was built without CUDA"
                                                            : "runs in the CPU world only");
@@ -42,7 +43,7 @@ const agmm_backend_impl *agmm_backend_usable(const agmm_backend *b, const agmm_w
     unsigned missing = impl->needs & ~caps;
     if (missing) {
         if (why)
-            snprintf(why, why_len, "skipped: %s/%s needs %s, but %s", agmm_op_name(b->op), b->name,
+            agmm_format(why, why_len, "skipped: %s/%s needs %s, but %s", agmm_op_name(b->op), b->name,
                      (missing & AGMM_CAP_NCCL) ? "NCCL" : "peer memory between the ranks",
                      agmm_world_lacks(world, missing));
         return NULL;
@@ -61,7 +62,8 @@ int agmm_backend_available(const agmm_world *world, agmm_op op, const char *name
         if (why) {
             char list[256];
             agmm_backend_list(op, list, sizeof list);
-            snprintf(why, why_len, "unknown backend \"%s\" for %s: it takes auto, %s", name, agmm_op_name(op), list);
+            agmm_format(why, why_len, "unknown backend \"%s\" for %s: it takes auto, %s", name, agmm_op_name(op),
+                        list);
         }
         return 0;
     }

@@ -5,6 +5,16 @@
 
 #include "api.h"
 
+agmm_status agmm_api_fault_point(agmm_ctx *ctx, const agmm_fault *f, agmm_fault_at at, uint64_t occurrence)
+{
+    const agmm_rank_info *ri = agmm_ctx_info(ctx);
+    const agmm_world *w = agmm_ctx_world(ctx);
+    agmm_fault_site site = {.rank = ri->rank, .nranks = ri->nranks, .timeout_s = ri->timeout_s,
+                            .process_world = agmm_world_local_ranks(w) < agmm_world_nranks(w),
+                            .occurrence = occurrence};
+    return agmm_fault_point(f, at, &site, agmm_ctx_err(ctx));
+}
+
 agmm_status agmm_ctx_create(agmm_ctx **out, agmm_world *world, int rank)
 {
     if (out == NULL)
@@ -12,7 +22,13 @@ agmm_status agmm_ctx_create(agmm_ctx **out, agmm_world *world, int rank)
     agmm_status st = agmm_rank_create(out, world, rank);
     if (st != AGMM_SUCCESS)
         return st;
-    st = agmm_symm_attach(*out);
+    /* AGMM_FAULT's create point: after the rank's own set-up, before it meets any peer. */
+    agmm_fault fault;
+    st = agmm_fault_from_env(agmm_world_nranks(world), &fault, agmm_ctx_err(*out));
+    if (st == AGMM_SUCCESS)
+        st = agmm_api_fault_point(*out, &fault, AGMM_FAULT_AT_CREATE, 0);
+    if (st == AGMM_SUCCESS)
+        st = agmm_symm_attach(*out);
     if (st != AGMM_SUCCESS) {
         agmm_log(agmm_ctx_info(*out)->log_level, AGMM_LOG_ERROR, rank, "context creation failed: %s",
                  agmm_last_error(*out));

@@ -33,7 +33,7 @@ static void set_why(char *why, size_t len, const char *msg)
 {
     if (why && len) {
         const char *tail = strstr(msg, ": ");
-        snprintf(why, len, "%s", tail ? tail + 2 : msg);
+        agmm_format(why, len, "%s", tail ? tail + 2 : msg);
     }
 }
 
@@ -115,7 +115,7 @@ static agmm_status check_backend(agmm_op op, const char *name, char *why, size_t
     char list[256];
     agmm_backend_list(op, list, sizeof list);
     if (why && len)
-        snprintf(why, len, "backend=%s: %s takes auto, %s", name, agmm_op_name(op), list);
+        agmm_format(why, len, "backend=%s: %s takes auto, %s", name, agmm_op_name(op), list);
     return AGMM_ERR_INVALID_ARG;
 }
 
@@ -128,6 +128,16 @@ agmm_status agmm_ext_check_ag_matmul(const agmm_ag_matmul_desc *desc, int nranks
         return st;
     }
     return check_backend(AGMM_OP_AG_MATMUL, desc->backend, why, why_len);
+}
+
+agmm_status agmm_ext_check_fault(const char *spec, char *why, size_t why_len)
+{
+    agmm_error err = {0};
+    agmm_fault f;
+    agmm_status st = agmm_fault_parse(spec, &f, &err);
+    if (st != AGMM_SUCCESS)
+        set_why(why, why_len, err.msg);
+    return st;
 }
 
 agmm_status agmm_ext_check_all_reduce(const agmm_all_reduce_desc *desc, char *why, size_t why_len)

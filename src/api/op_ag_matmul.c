@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "../core/text.h"
 #include "../core/validate.h"
 
 static agmm_status check(const void *desc, int nranks, agmm_error *err)
@@ -48,6 +49,13 @@ static agmm_status check_io(const agmm_plan *plan, const void *vio, agmm_error *
     return AGMM_SUCCESS;
 }
 
+static size_t describe(const agmm_plan *plan, char *buf, size_t len)
+{
+    const agmm_ag_matmul_desc *d = &plan->desc.mm;
+    return agmm_format(buf, len, "M=%lld N=%lld K=%lld b_layout=%s splits=%d", (long long)d->m, (long long)d->n,
+                       (long long)d->k, d->b_layout == AGMM_LAYOUT_ROW_MAJOR ? "row" : "col", d->splits);
+}
+
 const agmm_op_type agmm_op_ag_matmul = {
     .op = AGMM_OP_AG_MATMUL,
     .check = check,
@@ -55,4 +63,5 @@ const agmm_op_type agmm_op_ag_matmul = {
     .install = install,
     .input_of = input_of,
     .check_io = check_io,
+    .describe = describe,
 };

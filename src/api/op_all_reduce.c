@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "../core/text.h"
 #include "../core/validate.h"
 
 static agmm_status check(const void *desc, int nranks, agmm_error *err)
@@ -47,6 +48,12 @@ static agmm_status check_io(const agmm_plan *plan, const void *vio, agmm_error *
     return AGMM_SUCCESS;
 }
 
+static size_t describe(const agmm_plan *plan, char *buf, size_t len)
+{
+    const agmm_all_reduce_desc *d = &plan->desc.ar;
+    return agmm_format(buf, len, "n=%lld dtype=%s", (long long)d->n, agmm_dtype_name(d->dtype));
+}
+
 const agmm_op_type agmm_op_all_reduce = {
     .op = AGMM_OP_ALL_REDUCE,
     .check = check,
@@ -54,4 +61,5 @@ const agmm_op_type agmm_op_all_reduce = {
     .install = install,
     .input_of = input_of,
     .check_io = check_io,
+    .describe = describe,
 };

@@ -83,7 +83,14 @@ static agmm_status plan_create(agmm_plan **out, agmm_ctx *ctx, agmm_op op, const
     p->backend = b;
     p->impl = agmm_backend_impl_for(b, agmm_ctx_info(ctx)->caps);
     size_t input_bytes = type->install(p, desc);
-    st = agmm_symm_alloc(ctx, input_bytes, &p->input);
+    /* AGMM_FAULT's plan point, then what every rank must settle before anyone allocates. */
+    st = agmm_fault_from_env(agmm_ctx_info(ctx)->nranks, &p->fault, err);
+    if (st == AGMM_SUCCESS)
+        st = agmm_api_fault_point(ctx, &p->fault, AGMM_FAULT_AT_PLAN, 0);
+    if (st == AGMM_SUCCESS)
+        st = agmm_plan_agree(p, input_bytes);
+    if (st == AGMM_SUCCESS)
+        st = agmm_symm_alloc(ctx, input_bytes, &p->input);
     if (st == AGMM_SUCCESS) /* a backend that failed on one rank fails the plan on every rank */
         st = agmm_host_agree(ctx, p->impl->create(p));
     if (st != AGMM_SUCCESS) {
@@ -167,7 +174,9 @@ static agmm_status plan_run(agmm_plan *p, agmm_op op, const void *io, void *stre
      * counts move together, and a failure leaves this rank out of step for good (a later barrier
      * could otherwise pass on a peer's older arrival). */
     p->epoch++;
-    st = p->impl->run(p, io, stream);
+    st = agmm_api_fault_point(ctx, &p->fault, AGMM_FAULT_AT_RUN, p->epoch);
+    if (st == AGMM_SUCCESS)
+        st = p->impl->run(p, io, stream);
     if (st != AGMM_SUCCESS)
         *agmm_ctx_out_of_step(ctx) = *err;
     return st;

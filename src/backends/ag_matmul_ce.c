@@ -98,11 +98,17 @@ static agmm_status cpu_run(agmm_plan *plan, const void *io, void *stream)
     return agmm_gather_cpu_run(plan, &x->gather, io, WHAT, cpu_compute, x);
 }
 
+static void cpu_mem_need(const agmm_plan *plan, agmm_mem_need *need)
+{
+    need->workspace_bytes += agmm_cpu_gemm_ws_bytes(plan->desc.mm.k) + agmm_gather_cpu_bytes(plan);
+}
+
 static const agmm_backend_impl ce_cpu_impl = {
     .needs = AGMM_CAP_PEER_MEMORY,
     .create = cpu_create,
     .run = cpu_run,
     .destroy = cpu_destroy,
+    .mem_need = cpu_mem_need,
 };
 
 /* ---- GPUs ---- */
@@ -245,11 +251,22 @@ static agmm_status gpu_run(agmm_plan *plan, const void *io, void *stream)
     return agmm_gather_gpu_run(plan, &x->gather, io, (cudaStream_t)stream, &ce_hooks, x);
 }
 
+/* The GEMMs' workspace, and where ranks share a device the scratch B and C of warm_gemms. */
+static void gpu_mem_need(const agmm_plan *plan, agmm_mem_need *need)
+{
+    const agmm_rank_info *ri = agmm_ctx_info(plan->ctx);
+    const agmm_ag_matmul_desc *d = &plan->desc.mm;
+    need->workspace_bytes += AGMM_GEMM_LT_WORKSPACE_BYTES;
+    if (ri->ranks_on_device > 1 && ri->nranks > 1)
+        need->workspace_bytes += (uint64_t)(d->k * d->n + d->m * d->n) * 2 + 16;
+}
+
 static const agmm_backend_impl ce_gpu_impl = {
     .needs = AGMM_CAP_PEER_MEMORY,
     .create = gpu_create,
     .run = gpu_run,
     .destroy = gpu_destroy,
+    .mem_need = gpu_mem_need,
 };
 #define CE_GPU (&ce_gpu_impl)
 #else

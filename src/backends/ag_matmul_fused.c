@@ -134,11 +134,19 @@ static agmm_status cpu_run(agmm_plan *plan, const void *io, void *stream)
     return st;
 }
 
+static void cpu_mem_need(const agmm_plan *plan, agmm_mem_need *need)
+{
+    uint64_t chunks = (uint64_t)agmm_ctx_info(plan->ctx)->nranks * (uint64_t)plan->desc.mm.splits;
+    need->workspace_bytes += agmm_cpu_gemm_ws_bytes(plan->desc.mm.k) + agmm_gather_cpu_bytes(plan) +
+                             chunks * sizeof(agmm_fused_times);
+}
+
 static const agmm_backend_impl fused_cpu_impl = {
     .needs = AGMM_CAP_PEER_MEMORY,
     .create = cpu_create,
     .run = cpu_run,
     .destroy = cpu_destroy,
+    .mem_need = cpu_mem_need,
 };
 
 /* ---- GPUs ---- */
@@ -273,11 +281,17 @@ static agmm_status gpu_run(agmm_plan *plan, const void *vio, void *stream)
     return agmm_gather_gpu_run(plan, &x->gather, io, (cudaStream_t)stream, &fused_hooks, x);
 }
 
+static void gpu_mem_need(const agmm_plan *plan, agmm_mem_need *need)
+{
+    need->workspace_bytes += (uint64_t)agmm_ctx_info(plan->ctx)->nranks * (uint64_t)plan->desc.mm.splits * 4;
+}
+
 static const agmm_backend_impl fused_gpu_impl = {
     .needs = AGMM_CAP_PEER_MEMORY,
     .create = gpu_create,
     .run = gpu_run,
     .destroy = gpu_destroy,
+    .mem_need = gpu_mem_need,
 };
 #define FUSED_GPU (&fused_gpu_impl)
 #else

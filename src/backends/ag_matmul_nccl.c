@@ -59,6 +59,11 @@ static agmm_status cpu_run(agmm_plan *plan, const void *vio, void *stream)
     return AGMM_SUCCESS;
 }
 
+static void cpu_mem_need(const agmm_plan *plan, agmm_mem_need *need)
+{
+    need->workspace_bytes += agmm_cpu_gemm_ws_bytes(plan->desc.mm.k);
+}
+
 /* Like NCCL it needs no peer memory: a CPU world's ranks all run on one host and map each
  * other's host memory, even where they claim different hosts (a world spanning nodes, tested). */
 static const agmm_backend_impl nccl_cpu_impl = {
@@ -66,6 +71,7 @@ static const agmm_backend_impl nccl_cpu_impl = {
     .create = cpu_create,
     .run = cpu_run,
     .destroy = cpu_destroy,
+    .mem_need = cpu_mem_need,
 };
 
 /* ---- GPUs ---- */
@@ -127,11 +133,17 @@ fail:
     return st;
 }
 
+static void gpu_mem_need(const agmm_plan *plan, agmm_mem_need *need)
+{
+    need->workspace_bytes += AGMM_GEMM_LT_WORKSPACE_BYTES;
+}
+
 static const agmm_backend_impl nccl_gpu_impl = {
     .needs = AGMM_CAP_NCCL,
     .create = gpu_create,
     .run = gpu_run,
     .destroy = gpu_destroy,
+    .mem_need = gpu_mem_need,
 };
 #define NCCL_GPU (&nccl_gpu_impl)
 #else

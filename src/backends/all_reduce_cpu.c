@@ -49,6 +49,11 @@ agmm_status agmm_ar_cpu_sum_create(agmm_plan *plan)
     return AGMM_SUCCESS;
 }
 
+void agmm_ar_cpu_sum_mem_need(const agmm_plan *plan, agmm_mem_need *need)
+{
+    need->staging_bytes += (uint64_t)plan->desc.ar.n * agmm_dtype_bytes(plan->desc.ar.dtype);
+}
+
 void agmm_ar_cpu_sum_destroy(agmm_plan *plan)
 {
     free(plan->state);

@@ -19,6 +19,8 @@ void agmm_ar_cpu_sum(void *const *in, int nranks, agmm_dtype dtype, int64_t lo, 
  * In place (out == my input) a peer may still be reading my input while I would write the sum
  * over it, so the sum goes to the staging buffer and is copied out after barrier 2. */
 agmm_status agmm_ar_cpu_sum_create(agmm_plan *plan);
+/* What agmm_ar_cpu_sum_create allocates: the staging buffer. */
+void agmm_ar_cpu_sum_mem_need(const agmm_plan *plan, agmm_mem_need *need);
 void agmm_ar_cpu_sum_destroy(agmm_plan *plan);
 agmm_status agmm_ar_cpu_sum_run(agmm_plan *plan, const agmm_all_reduce_io *io, const char *what);
 

@@ -19,6 +19,7 @@ static const agmm_backend_impl nccl_cpu_impl = {
     .create = agmm_ar_cpu_sum_create,
     .run = cpu_run,
     .destroy = agmm_ar_cpu_sum_destroy,
+    .mem_need = agmm_ar_cpu_sum_mem_need,
 };
 
 #ifdef AGMM_HAVE_CUDA

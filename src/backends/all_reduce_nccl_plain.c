@@ -46,11 +46,17 @@ fail:
     return st;
 }
 
+static void gpu_mem_need(const agmm_plan *plan, agmm_mem_need *need)
+{
+    need->staging_bytes += (uint64_t)plan->desc.ar.n * agmm_dtype_bytes(plan->desc.ar.dtype);
+}
+
 static const agmm_backend_impl plain_gpu_impl = {
     .needs = AGMM_CAP_NCCL,
     .create = gpu_create,
     .run = gpu_run,
     .destroy = gpu_destroy,
+    .mem_need = gpu_mem_need,
 };
 #define PLAIN_GPU (&plain_gpu_impl)
 #else

@@ -24,6 +24,7 @@ static const agmm_backend_impl one_shot_cpu_impl = {
     .create = agmm_ar_cpu_sum_create,
     .run = cpu_run,
     .destroy = agmm_ar_cpu_sum_destroy,
+    .mem_need = agmm_ar_cpu_sum_mem_need,
 };
 
 #ifdef AGMM_HAVE_CUDA
@@ -129,11 +130,22 @@ static agmm_status gpu_run(agmm_plan *plan, const void *vio, void *stream)
     return agmm_gpu_note_run(ctx, (cudaStream_t)stream);
 }
 
+/* The pad (grid <= SMs) and, at most, the in-place staging of the whole message. */
+static void gpu_mem_need(const agmm_plan *plan, agmm_mem_need *need)
+{
+    const agmm_rank_info *ri = agmm_ctx_info(plan->ctx);
+    int64_t nvec = (plan->desc.ar.n + agmm_ar_vec_elems(plan->desc.ar.dtype) - 1) /
+                   agmm_ar_vec_elems(plan->desc.ar.dtype);
+    need->symmetric_bytes += (uint64_t)agmm_ctx_gpu(plan->ctx)->num_sms * (uint64_t)ri->nranks * sizeof(uint32_t);
+    need->staging_bytes += (uint64_t)nvec * AGMM_AR_VEC_BYTES;
+}
+
 static const agmm_backend_impl one_shot_gpu_impl = {
     .needs = AGMM_CAP_PEER_MEMORY,
     .create = gpu_create,
     .run = gpu_run,
     .destroy = gpu_destroy,
+    .mem_need = gpu_mem_need,
 };
 #define ONE_SHOT_GPU (&one_shot_gpu_impl)
 #else

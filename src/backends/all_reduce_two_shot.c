@@ -70,11 +70,17 @@ static agmm_status cpu_run(agmm_plan *plan, const void *vio, void *stream)
     return AGMM_SUCCESS;
 }
 
+static void cpu_mem_need(const agmm_plan *plan, agmm_mem_need *need)
+{
+    need->symmetric_bytes += (uint64_t)plan->desc.ar.n * agmm_dtype_bytes(plan->desc.ar.dtype);
+}
+
 static const agmm_backend_impl two_shot_cpu_impl = {
     .needs = AGMM_CAP_PEER_MEMORY,
     .create = cpu_create,
     .run = cpu_run,
     .destroy = cpu_destroy,
+    .mem_need = cpu_mem_need,
 };
 
 #ifdef AGMM_HAVE_CUDA
@@ -169,11 +175,22 @@ static agmm_status gpu_run(agmm_plan *plan, const void *vio, void *stream)
     return agmm_gpu_note_run(ctx, (cudaStream_t)stream);
 }
 
+/* The pad (grid <= SMs) and the reduced slices (the message, in 16-byte vectors). */
+static void gpu_mem_need(const agmm_plan *plan, agmm_mem_need *need)
+{
+    const agmm_rank_info *ri = agmm_ctx_info(plan->ctx);
+    int64_t nvec = (plan->desc.ar.n + agmm_ar_vec_elems(plan->desc.ar.dtype) - 1) /
+                   agmm_ar_vec_elems(plan->desc.ar.dtype);
+    need->symmetric_bytes += (uint64_t)agmm_ctx_gpu(plan->ctx)->num_sms * (uint64_t)ri->nranks * sizeof(uint32_t) +
+                             (uint64_t)nvec * AGMM_AR_VEC_BYTES;
+}
+
 static const agmm_backend_impl two_shot_gpu_impl = {
     .needs = AGMM_CAP_PEER_MEMORY,
     .create = gpu_create,
     .run = gpu_run,
     .destroy = gpu_destroy,
+    .mem_need = gpu_mem_need,
 };
 #define TWO_SHOT_GPU (&two_shot_gpu_impl)
 #else

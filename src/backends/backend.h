@@ -16,10 +16,20 @@
 
 #include "agmm.h"
 #include "../core/error.h"
+#include "../core/fault.h"
 #include "../symm/symm.h"
 #include "../world/world.h"
 
 typedef struct agmm_plan agmm_plan;
+
+/* What a plan allocates on its rank's device (host memory in the CPU world), in bytes, by kind:
+ * plan creation adds its symmetric input and checks the sum against the memory available before
+ * allocating anything (src/api/plan_agree.c). */
+typedef struct {
+    uint64_t symmetric_bytes;  /* symmetric buffers beyond the plan's input (scratch, signal pads) */
+    uint64_t workspace_bytes;  /* GEMM workspaces, packing buffers, flags */
+    uint64_t staging_bytes;    /* copies of the message (in-place staging, plain buffers) */
+} agmm_mem_need;
 
 /* One implementation of a backend, for one class of device. */
 typedef struct {
@@ -35,6 +45,9 @@ typedef struct {
     agmm_status (*run)(agmm_plan *plan, const void *io, void *stream);
     /* Frees plan->state. Collective. Called once, also after a failed create. */
     void (*destroy)(agmm_plan *plan);
+    /* Optional (NULL: nothing worth counting): adds to *need what create will allocate, as an
+     * upper bound, from plan->desc alone (nothing is allocated yet; state is NULL). Local. */
+    void (*mem_need)(const agmm_plan *plan, agmm_mem_need *need);
 } agmm_backend_impl;
 
 /* Classes of device a backend has implementations for (whether or not this build has them). */
@@ -68,6 +81,7 @@ struct agmm_plan {
     const agmm_symm_buf *in;
     size_t in_offset;
     uint32_t epoch;                /* runs so far, this one included; equal on every rank */
+    agmm_fault fault;              /* AGMM_FAULT as it was at plan creation (its run point) */
     void *state;                   /* the implementation's own */
 };
 

@@ -38,6 +38,8 @@ typedef struct {
 } agmm_gather_cpu;
 
 agmm_status agmm_gather_cpu_create(agmm_plan *plan, agmm_gather_cpu *g);
+/* What agmm_gather_cpu_create allocates for the plan's descriptor, in bytes (at most). */
+uint64_t agmm_gather_cpu_bytes(const agmm_plan *plan);
 void agmm_gather_cpu_destroy(agmm_gather_cpu *g);
 
 /* One run. `compute` is the GEMM role, on the rank's thread, after the copies are queued: it

@@ -26,6 +26,13 @@ agmm_status agmm_gather_cpu_create(agmm_plan *plan, agmm_gather_cpu *g)
     return agmm_cpu_ce_create(ri->rank, err, g->chunks + 1, &g->ce);
 }
 
+uint64_t agmm_gather_cpu_bytes(const agmm_plan *plan)
+{
+    uint64_t chunks = (uint64_t)agmm_ctx_info(plan->ctx)->nranks * (uint64_t)plan->desc.mm.splits;
+    return chunks * (AGMM_CPU_FLAG_STRIDE * sizeof(uint32_t) + sizeof(int64_t) * 2) +
+           (chunks + 1) * sizeof(agmm_cpu_copy_job) + 64;
+}
+
 void agmm_gather_cpu_destroy(agmm_gather_cpu *g)
 {
     agmm_cpu_ce_destroy(g->ce);

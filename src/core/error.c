@@ -1,5 +1,6 @@
 /* Status strings, error records and the stderr logger. */
 #include "error.h"
+#include "text.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,7 +45,7 @@ agmm_status agmm_error_set(agmm_error *err, agmm_status status, const char *file
         used = 0;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err->msg + used, sizeof err->msg - (size_t)used, fmt, ap);
+    agmm_vformat(err->msg + used, sizeof err->msg - (size_t)used, fmt, ap); /* a cut message says so */
     va_end(ap);
     err->status = status;
     return status;
@@ -83,10 +84,14 @@ void agmm_log(int threshold, int level, int rank, const char *fmt, ...)
 {
     if (level > threshold)
         return;
-    char line[1024];
+    /* Straight to stderr, however long: no buffer to cut it. The lock keeps the line whole when
+     * rank threads log at once. */
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
+    flockfile(stderr);
+    fprintf(stderr, "[agmm rank %d] ", rank);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    funlockfile(stderr);
     va_end(ap);
-    fprintf(stderr, "[agmm rank %d] %s\n", rank, line);
 }

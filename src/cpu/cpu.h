@@ -86,6 +86,8 @@ typedef struct {
 } agmm_cpu_gemm_ws;
 
 agmm_status agmm_cpu_gemm_ws_init(agmm_cpu_gemm_ws *ws, int64_t k, agmm_error *err);
+/* What agmm_cpu_gemm_ws_init allocates for this k, in bytes (at most). */
+uint64_t agmm_cpu_gemm_ws_bytes(int64_t k);
 void agmm_cpu_gemm_ws_free(agmm_cpu_gemm_ws *ws);
 /* Forgets the packed B block. Call it at the start of every run: the caller may have written new
  * values into the same B buffer since the last one. */

@@ -39,13 +39,18 @@ static v4f load4(const float *p)
 
 static void store4(float *p, v4f v) { memcpy(p, &v, sizeof v); }
 
+uint64_t agmm_cpu_gemm_ws_bytes(int64_t k)
+{
+    return ((uint64_t)MC * (uint64_t)k + (uint64_t)NC * (uint64_t)k + (uint64_t)MC * NC) * sizeof(float) + 128;
+}
+
 agmm_status agmm_cpu_gemm_ws_init(agmm_cpu_gemm_ws *ws, int64_t k, agmm_error *err)
 {
     memset(ws, 0, sizeof *ws);
     ws->k = k;
     size_t a_bytes = (size_t)MC * (size_t)k * sizeof(float);
     size_t b_bytes = (size_t)NC * (size_t)k * sizeof(float);
-    size_t acc_bytes = (size_t)MC * NC * sizeof(float);
+    size_t acc_bytes = (size_t)MC * NC * sizeof(float); /* agmm_cpu_gemm_ws_bytes: these, rounded */
     ws->a_pack = aligned_alloc(64, (a_bytes + 63) / 64 * 64);
     ws->b_pack = aligned_alloc(64, (b_bytes + 63) / 64 * 64);
     ws->acc = aligned_alloc(64, acc_bytes);

@@ -7,24 +7,29 @@
 #include <time.h>
 
 #include "world_impl.h"
+#include "../core/text.h"
 
 typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     unsigned generation;
     int arrived;
+    uint64_t came;             /* bit i: local rank i came to this generation (if only to give up) */
     unsigned char *slots;      /* nlocal slots of AGMM_HOST_SLOT_BYTES */
     uint32_t *tags;            /* nlocal: the tag of the host collective each rank is in */
 } threads_state;
 
-/* Waits until every local rank has arrived at this generation, up to the world's timeout.
- * Called with s->mu held. */
-static agmm_status rendezvous_locked(agmm_ctx *ctx, threads_state *s)
+/* Waits until every local rank has arrived at this generation, up to the world's timeout; `tag`
+ * names the call in a timeout's message. Called with s->mu held. */
+static agmm_status rendezvous_locked(agmm_ctx *ctx, threads_state *s, uint32_t tag)
 {
     agmm_world *w = ctx->world;
     unsigned gen = s->generation;
+    const uint64_t me = (uint64_t)1 << ctx->info.local_rank;
+    s->came |= me;
     if (++s->arrived == w->nlocal) {
         s->arrived = 0;
+        s->came = 0;
         s->generation++;
         pthread_cond_broadcast(&s->cv);
         return AGMM_SUCCESS;
@@ -40,11 +45,16 @@ static agmm_status rendezvous_locked(agmm_ctx *ctx, threads_state *s)
     }
     while (s->generation == gen) {
         if (pthread_cond_timedwait(&s->cv, &s->mu, &deadline) == ETIMEDOUT && s->generation == gen) {
-            int missing = w->nlocal - s->arrived;
+            /* Name the ranks that never came (global numbers: local rank i is first_rank + i); a
+             * peer that came and gave up a moment earlier is not one of them. */
+            uint64_t all = w->nlocal == 64 ? ~(uint64_t)0 : ((uint64_t)1 << w->nlocal) - 1;
+            uint64_t missing = (all & ~s->came) << w->first_rank;
+            char who[200];
+            agmm_format_ranks(who, sizeof who, missing);
             s->arrived--; /* leave the count as if we never came, so a late peer cannot complete it */
             return AGMM_FAIL(&ctx->err, AGMM_ERR_TIMEOUT,
-                             "rank %d: host rendezvous timed out after %.1f s: %d of %d ranks never arrived",
-                             ctx->info.rank, w->timeout_s, missing, w->nlocal);
+                             "rank %d: host %s #%u timed out after %.2f s: %s never arrived", ctx->info.rank,
+                             tag & 1 ? "exchange" : "barrier", tag >> 1, w->timeout_s, who);
         }
     }
     return AGMM_SUCCESS;
@@ -55,7 +65,7 @@ static agmm_status threads_barrier(agmm_ctx *ctx, uint32_t tag)
     threads_state *s = ctx->world->host_state;
     pthread_mutex_lock(&s->mu);
     s->tags[ctx->info.local_rank] = tag;
-    agmm_status st = rendezvous_locked(ctx, s);
+    agmm_status st = rendezvous_locked(ctx, s, tag);
     pthread_mutex_unlock(&s->mu);
     return st;
 }
@@ -69,7 +79,7 @@ static agmm_status threads_exchange(agmm_ctx *ctx, uint32_t tag, const void *min
     pthread_mutex_lock(&s->mu);
     s->tags[ctx->info.local_rank] = tag;
     memcpy(s->slots + (size_t)ctx->info.local_rank * AGMM_HOST_SLOT_BYTES, mine, bytes);
-    agmm_status st = rendezvous_locked(ctx, s);
+    agmm_status st = rendezvous_locked(ctx, s, tag);
     if (st == AGMM_SUCCESS) {
         int odd = -1;
         for (int r = 0; r < w->nlocal && odd < 0; r++)
@@ -87,7 +97,7 @@ static agmm_status threads_exchange(agmm_ctx *ctx, uint32_t tag, const void *min
                        bytes);
         /* Meet again either way, so that nobody overwrites a slot still being read and the
          * peers' pairing is what it would have been. */
-        agmm_status st2 = rendezvous_locked(ctx, s);
+        agmm_status st2 = rendezvous_locked(ctx, s, tag);
         st = odd >= 0 ? AGMM_ERR_INTERNAL : st2;
     }
     pthread_mutex_unlock(&s->mu);

@@ -39,6 +39,7 @@ static const agmm_test_case cases[] = {
     {"all_reduce_nccl_w1", test_all_reduce_nccl_w1},
     {"gemm_engine", gemm_engine},
     {"all_reduce_gpu", all_reduce_gpu},
+    {"leaks", test_leaks_gpu},
     {"ag_matmul_perf_w1", test_ag_matmul_perf_w1},
     {"nccl_sync_timeout", test_nccl_sync_timeout}, /* last: it aborts a communicator */
 };

@@ -26,6 +26,8 @@ void test_fused_waits_for_late_chunk(void);
 void test_fused_chunk_timeout(void);
 /* test_nccl_bounds.c: a stalled NCCL operation ends in a timeout, an abort and an unusable world. */
 void test_nccl_sync_timeout(void);
+/* test_leaks.c: plan and world cycles leave host and device memory, mappings and descriptors flat. */
+void test_leaks_gpu(void);
 /* Timing at W = 1 of ce against nccl on the seed shapes; runs only with AGMM_GPUTEST_PERF=1. */
 void test_ag_matmul_perf_w1(void);
 

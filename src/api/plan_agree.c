@@ -1,0 +1,95 @@
+/* What the ranks settle at plan creation before anyone allocates (api.h, agmm_plan_agree): that
+ * they plan the same thing, and that every rank has the memory for it. One host exchange carries
+ * both, so each rank reaches the same verdict from the same numbers and gives the same error:
+ * ranks that disagree on a shape or a backend, or one rank short of memory, can no longer leave
+ * the others waiting in a collective allocation until the timeout, or running a different plan. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#include "../core/text.h"
+
+/* One rank's entry (at most the host exchange's 256-byte slot). */
+typedef struct {
+    char what[112];             /* "ag_matmul/ce M=64 N=32 K=16 b_layout=col splits=1" */
+    uint64_t symmetric_bytes;   /* per rank, the plan's input included */
+    uint64_t workspace_bytes;
+    uint64_t staging_bytes;
+    uint64_t avail_bytes;       /* what the rank's pool has left */
+    int32_t sharers, gpu;       /* ranks drawing on that pool; 1: a GPU's memory */
+    char source[72];            /* what bounds avail_bytes */
+} digest;
+
+_Static_assert(sizeof(digest) <= 256, "a plan digest must fit one host exchange slot");
+
+static void fill(const agmm_plan *p, uint64_t input_bytes, digest *d)
+{
+    memset(d, 0, sizeof *d);
+    size_t used = agmm_format(d->what, sizeof d->what, "%s/%s ", agmm_op_name(p->op), p->backend->name);
+    agmm_op_type_of(p->op)->describe(p, d->what + used, sizeof d->what - used);
+    agmm_mem_need need = {.symmetric_bytes = input_bytes};
+    if (p->impl->mem_need)
+        p->impl->mem_need(p, &need);
+    d->symmetric_bytes = need.symmetric_bytes;
+    d->workspace_bytes = need.workspace_bytes;
+    d->staging_bytes = need.staging_bytes;
+    agmm_mem_pool pool;
+    agmm_mem_pool_of(p->ctx, 1, &pool);
+    d->avail_bytes = pool.avail_bytes;
+    d->sharers = pool.sharers;
+    d->gpu = pool.gpu;
+    memcpy(d->source, pool.source, sizeof d->source);
+}
+
+static uint64_t need_of(const digest *d) { return d->symmetric_bytes + d->workspace_bytes + d->staging_bytes; }
+
+/* Every rank runs this on the same table, so every rank returns the same status and message. */
+static agmm_status judge(agmm_ctx *ctx, const digest *all, int nranks)
+{
+    agmm_error *err = agmm_ctx_err(ctx);
+    uint64_t differ = 0;
+    int first = -1;
+    for (int r = 1; r < nranks; r++)
+        if (strcmp(all[r].what, all[0].what) != 0) {
+            differ |= (uint64_t)1 << r;
+            if (first < 0)
+                first = r;
+        }
+    if (differ) {
+        char who[96];
+        agmm_format_ranks(who, sizeof who, differ);
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
+                         "the ranks disagree on the plan: rank 0 has %s, rank %d has %s (%s differ%s from rank 0): "
+                         "every rank must pass the same descriptor and get the same backend",
+                         all[0].what, first, all[first].what, who, differ & (differ - 1) ? "" : "s");
+    }
+    for (int r = 0; r < nranks; r++) {
+        agmm_mem_pool pool = {.avail_bytes = all[r].avail_bytes, .sharers = all[r].sharers, .gpu = all[r].gpu};
+        memcpy(pool.source, all[r].source, sizeof pool.source);
+        if (agmm_mem_fits(need_of(&all[r]), &pool))
+            continue;
+        char parts[160], text[AGMM_ERROR_LEN];
+        agmm_format(parts, sizeof parts, "symmetric %s, workspace %s, staging %s",
+                    agmm_bytes(all[r].symmetric_bytes).s, agmm_bytes(all[r].workspace_bytes).s,
+                    agmm_bytes(all[r].staging_bytes).s);
+        agmm_mem_shortfall_text(text, sizeof text, need_of(&all[r]), parts, &pool);
+        return AGMM_FAIL(err, AGMM_ERR_NO_MEMORY, "rank %d: %s %s", r, all[r].what, text);
+    }
+    return AGMM_SUCCESS;
+}
+
+agmm_status agmm_plan_agree(agmm_plan *p, uint64_t input_bytes)
+{
+    const int nranks = agmm_ctx_info(p->ctx)->nranks;
+    digest mine;
+    fill(p, input_bytes, &mine);
+    digest *all = calloc((size_t)nranks, sizeof *all);
+    if (all == NULL)
+        return AGMM_FAIL(agmm_ctx_err(p->ctx), AGMM_ERR_NO_MEMORY, "plan digests of %d ranks: allocation failed",
+                         nranks);
+    agmm_status st = agmm_host_exchange(p->ctx, &mine, sizeof mine, all);
+    if (st == AGMM_SUCCESS)
+        st = judge(p->ctx, all, nranks);
+    free(all);
+    return st;
+}
