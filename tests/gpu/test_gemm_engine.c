@@ -217,7 +217,8 @@ static void test_hooks(pools *p, int64_t k, int max_ctas, int all_cases)
         !cuda_ok(cudaMalloc(&d_flags, (nflags + 1) * 4), "cudaMalloc flags") ||
         !cuda_ok(cudaHostAlloc((void **)&h_err, sizeof *h_err, cudaHostAllocMapped), "cudaHostAlloc err") ||
         !cuda_ok(cudaHostGetDevicePointer((void **)&d_err, h_err, 0), "err device pointer") ||
-        !cuda_ok(cudaHostAlloc((void **)&h_flags_mapped, (nflags + 1) * 4, cudaHostAllocMapped), "cudaHostAlloc flags") ||
+        !cuda_ok(cudaHostAlloc((void **)&h_flags_mapped, (nflags + 1) * 4, cudaHostAllocMapped),
+                 "cudaHostAlloc flags") ||
         !cuda_ok(cudaHostGetDevicePointer((void **)&d_flags_mapped, h_flags_mapped, 0), "flags device pointer"))
         goto out;
 
