@@ -127,8 +127,9 @@ extern const step_case gpu_step_cases[];
 extern const int gpu_step_ncases;
 /* A world of nranks for the step tests: the GPU world (NCCL) for 1, else emulated. */
 agmm_world *gpu_step_world(int nranks);
-/* One PASS line for a job run on every rank, or one FAIL with the first rank's own failure. */
-void gpu_report_job(const gpu_rank_results *res, int nranks, const char *what);
+/* One PASS line for a job that agmm_world_run (status `run`) ran on every rank, or one FAIL: the
+ * world's failure, else the first rank's own (not one that only saw a peer fail). */
+void gpu_report_job(agmm_status run, const gpu_rank_results *res, int nranks, const char *what);
 
 /* test_graph.c: runs captured in CUDA graphs, 1 and 5 steps per graph, each graph replayed 100
  * times with fresh inputs, every result checked; every GPU backend, W = 1 and emulated worlds. */

@@ -110,9 +110,12 @@ static agmm_status graph_rank(agmm_ctx *ctx, void *arg)
     return AGMM_SUCCESS;
 }
 
-/* One PASS line for the case, or a FAIL with the first failing rank's message. */
-void gpu_report_job(const gpu_rank_results *res, int nranks, const char *what)
+void gpu_report_job(agmm_status run, const gpu_rank_results *res, int nranks, const char *what)
 {
+    if (run != AGMM_SUCCESS) {
+        agmm_check(0, "%s: agmm_world_run -> %s", what, agmm_status_str(run));
+        return;
+    }
     for (int r = 0; r < nranks; r++)
         if (!res->ok[r] && strcmp(res->msg[r], "a peer failed first") != 0) {
             agmm_check(0, "%s: rank %d: %s", what, r, res->msg[r]);
@@ -153,11 +156,7 @@ void graph_cases(int nranks, int steps, int replays)
             }
             *j = (graph_job){.sc = sc, .steps = counts[g], .replays = replays,
                              .seed = 0x6a09e667ull * (uint64_t)(c + 1) + (uint64_t)(nranks * 10 + g)};
-            agmm_status st = agmm_world_run(w, graph_rank, j);
-            if (st != AGMM_SUCCESS)
-                agmm_check(0, "%s: agmm_world_run -> %s", what, agmm_status_str(st));
-            else
-                gpu_report_job(&j->res, nranks, what);
+            gpu_report_job(agmm_world_run(w, graph_rank, j), &j->res, nranks, what);
             free(j);
         }
     }
