@@ -27,8 +27,8 @@
  * is a new run at every replay: block b reads its own arrival slot [b*W + r] of its own pad, which
  * nobody else writes and which the previous run left at 2(e-1) (or 2(e-1)-1 if its first barrier
  * expired), and takes e = (slot + 1) / 2 + 1 (wrapping consistently on every rank). That needs
- * the runs of a plan to follow each other on the device (the API orders a rank's runs) and a grid that
- * never changes (a plan's).
+ * the runs of a plan to follow each other on the device (the API orders a rank's runs) and a grid
+ * that never changes (a plan's).
  *
  * Grid: `grid` blocks of AGMM_AR_THREADS threads, equal on every rank and never more than the
  * SMs this rank may hold while it spins (num_sms / ranks_on_device in an emulated world), so all
