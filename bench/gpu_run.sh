@@ -76,7 +76,8 @@ fi
 # fails its step. One log for the three tools.
 if [ -x "$BUILD/agmm-gputest" ] && [ "${SANITIZE:-1}" != 0 ]; then
     for tool in memcheck racecheck synccheck; do
-        STEP_TIMEOUT=${SAN_TIMEOUT:-150} step "sanitize $tool" "$OUT/sanitize.log" "$(dirname "$0")/sanitize.sh" "$BUILD" "$tool"
+        STEP_TIMEOUT=${SAN_TIMEOUT:-150} step "sanitize $tool" "$OUT/sanitize.log" \
+            "$(dirname "$0")/sanitize.sh" "$BUILD" "$tool"
     done
 fi
 if [ $RUN_BENCH = 1 ]; then
@@ -95,7 +96,7 @@ echo
 echo "==================== summary ===================="
 cat "$SUMMARY"
 if [ -f "$OUT/sanitize.log" ]; then
-    grep -E '^(== sanitize|========= (ERROR SUMMARY|RACECHECK SUMMARY))|^FAIL' "$OUT/sanitize.log" | head -20
+    grep -E '^(== sanitize|========= (ERROR SUMMARY|RACECHECK SUMMARY)|FAIL|[0-9]+ passed, )' "$OUT/sanitize.log" | head -20
 fi
 if [ -f "$OUT/gputest.log" ]; then
     grep -E '^(FAIL|SKIP)' "$OUT/gputest.log" | head -20
