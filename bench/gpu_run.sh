@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The one script for the GPU machine: takes a prebuilt tree (or builds one where it is missing and
-# nvcc exists), runs the GPU tests and the benchmark, and writes logs and CSVs under $OUT, with a
-# short table last. GPU time is scarce and a machine's start is slow: one call does all of it.
+# nvcc exists), runs the GPU tests, compute-sanitizer and the benchmark, and writes logs and CSVs
+# under $OUT, with a short table last. GPU time is scarce and a machine's start is slow: one call
+# does all of it. Exit status 1 when any step failed (the summary says which), else 0.
 #
 #   bench/gpu_run.sh [BUILD_DIR]          default BUILD_DIR: build
 #
 # Environment: OUT (default ./out), GPUTEST_FILTER (a case-name filter for agmm-gputest),
 # AGMM_GPUTEST_PERF (default 1: the ce-vs-nccl timing case), SKIP_BENCH=1, BENCH_ARGS (extra
-# agmm-bench options for every sweep), STEP_TIMEOUT (seconds per step, default 240).
+# agmm-bench options for every sweep), STEP_TIMEOUT (seconds per step, default 240), SANITIZE=0
+# (skip compute-sanitizer), SAN_TIMEOUT (seconds per sanitizer tool, default 150).
 #
 # NCCL: the device API reads structs the library fills, so the library must match the headers we
 # built with (2.28.9). On the GPU machine the system NCCL is 2.28.3; the PyTorch wheel holds 2.28.9.
@@ -45,6 +47,7 @@ if [ ! -x "$BUILD/agmm-gputest" ] || [ ! -x "$BUILD/agmm-bench" ]; then
     fi
 fi
 
+FAILED=0
 step() { # step NAME LOG command...: runs one bounded step, logs it, records its exit status
     local name=$1 log=$2
     shift 2
@@ -53,22 +56,32 @@ step() { # step NAME LOG command...: runs one bounded step, logs it, records its
     timeout "$STEP_TIMEOUT" "$@" 2>&1 | tee -a "$log"
     local rc=${PIPESTATUS[0]}
     printf '%-34s rc=%-3s %4ss\n' "$name" "$rc" "$((SECONDS - t0))" >>"$SUMMARY"
+    [ "$rc" = 0 ] || FAILED=1
 }
 
 B="$BUILD/agmm-bench"
 RUN_BENCH=0
 [ -x "$B" ] && [ "${SKIP_BENCH:-0}" != 1 ] && RUN_BENCH=1
 # Highest value first, so a cut-short call still brings back the seed table at W = 1.
+# --graph: each W = 1 row also times replays of a CUDA graph of one run (graph_us).
 if [ $RUN_BENCH = 1 ]; then
-    step "bench ag_matmul W=1" "$OUT/bench.log" $B --op ag_matmul --world gpu --ranks 1 \
+    step "bench ag_matmul W=1" "$OUT/bench.log" $B --op ag_matmul --world gpu --ranks 1 --graph \
         --csv "$OUT/ag_matmul_w1.csv" ${BENCH_ARGS:-}
 fi
 if [ -x "$BUILD/agmm-gputest" ]; then
     AGMM_GPUTEST_PERF=${AGMM_GPUTEST_PERF:-1} step gputest "$OUT/gputest.log" \
         "$BUILD/agmm-gputest" ${GPUTEST_FILTER:-}
 fi
+# compute-sanitizer over small shapes of every kernel and backend (bench/sanitize.sh): any report
+# fails its step. One log for the three tools.
+if [ -x "$BUILD/agmm-gputest" ] && [ "${SANITIZE:-1}" != 0 ]; then
+    for tool in memcheck racecheck synccheck; do
+        STEP_TIMEOUT=${SAN_TIMEOUT:-150} step "sanitize $tool" "$OUT/sanitize.log" \
+            "$(dirname "$0")/sanitize.sh" "$BUILD" "$tool"
+    done
+fi
 if [ $RUN_BENCH = 1 ]; then
-    step "bench all_reduce W=1" "$OUT/bench.log" $B --op all_reduce --world gpu --ranks 1 \
+    step "bench all_reduce W=1" "$OUT/bench.log" $B --op all_reduce --world gpu --ranks 1 --graph \
         --csv "$OUT/all_reduce_w1.csv" ${BENCH_ARGS:-}
     # Emulated: 8 ranks share one GPU (its memory, not NVLink): correctness and relative cost only.
     step "bench ag_matmul emulated W=8" "$OUT/bench.log" $B --op ag_matmul --world emulated --ranks 8 \
@@ -82,6 +95,9 @@ fi
 echo
 echo "==================== summary ===================="
 cat "$SUMMARY"
+if [ -f "$OUT/sanitize.log" ]; then
+    grep -E '^(== sanitize|========= (ERROR SUMMARY|RACECHECK SUMMARY)|FAIL|[0-9]+ passed, )' "$OUT/sanitize.log" | head -20
+fi
 if [ -f "$OUT/gputest.log" ]; then
     grep -E '^(FAIL|SKIP)' "$OUT/gputest.log" | head -20
     sed -n '/shape (M=N=K)/,/^PASS\|^FAIL/p' "$OUT/gputest.log" | grep -v '^PASS\|^FAIL' | head -40
@@ -100,4 +116,18 @@ if [ -f "$OUT/ag_matmul_w1.csv" ]; then
                   printf "%-18s %10s %10s %10s %10s %8.3f %12.3f\n", k, t[k, "nccl"], t[k, "ce"], ((k, "fused") in t) ? t[k, "fused"] : "-", eng[k], r, f } }' \
         "$OUT/ag_matmul_w1.csv"
 fi
-exit 0
+# Graph replays against runs at W = 1, from the benchmark's CSVs: per backend, the geometric mean
+# of replay / run medians over the rows, and the first (smallest) row's two medians in us.
+for f in "$OUT/ag_matmul_w1.csv" "$OUT/all_reduce_w1.csv"; do
+    [ -f "$f" ] || continue
+    echo "-- $(basename "$f" .csv): CUDA-graph replay vs run (median us)"
+    awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+        $col["state"] == "ok" && $col["graph_median_us"] != "" && $col["median_us"] > 0 {
+            b = $col["backend"]; if (!(b in rows)) { order[++nb] = b; first_run[b] = $col["median_us"]; first_graph[b] = $col["graph_median_us"] }
+            rows[b]++; lsum[b] += log($col["graph_median_us"] / $col["median_us"]) }
+        END { printf "%-12s %5s %14s %16s %16s\n", "backend", "rows", "graph/run", "first row run", "first row graph"
+              for (i = 1; i <= nb; i++) { b = order[i]
+                  printf "%-12s %5d %14.3f %16s %16s\n", b, rows[b], exp(lsum[b] / rows[b]), first_run[b], first_graph[b] } }' "$f"
+done
+[ $FAILED = 0 ] || echo "FAILED: a step above has rc != 0"
+exit $FAILED

@@ -36,6 +36,8 @@ static const char *const usage_head =
     "  --iters N           timed calls (default 100 on GPUs, 5 on the CPU)\n"
     "  --no-flush          do not flush the L2 cache before each timed call\n"
     "  --check             check correctness only, time nothing\n"
+    "  --graph             also capture one run in a CUDA graph, check a replay against the run\n"
+    "                      and time replays as extra figures (graph_us; GPU worlds only)\n"
     "  --splits S          chunks per rank for ce and fused (default 1)\n"
     "  --b-layout L        col (default: B^T contiguous, the seed's layout) or row\n"
     "  --dtype T           all_reduce element type: bf16 (default) or fp32\n"
@@ -266,6 +268,8 @@ int bench_parse(int argc, char **argv, bench_options *o)
             o->flush = 0, takes = 0;
         } else if (!strcmp(a, "--check")) {
             o->check_only = 1, takes = 0;
+        } else if (!strcmp(a, "--graph")) {
+            o->graph = 1, takes = 0;
         } else if (!strcmp(a, "--op")) {
             if (!strcmp(v, "ag_matmul")) o->op = AGMM_OP_AG_MATMUL;
             else if (!strcmp(v, "all_reduce")) o->op = AGMM_OP_ALL_REDUCE;

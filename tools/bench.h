@@ -28,6 +28,7 @@ typedef struct {
     int warmup, iters;           /* -1: default (50/100 on GPUs, 2/5 on the CPU) */
     int flush;
     int check_only;
+    int graph;                   /* --graph: also time replays of a CUDA graph of one run */
     int splits;
     agmm_layout b_layout;
     agmm_dtype dtype;
@@ -42,6 +43,7 @@ typedef struct {
     cell_state state;
     char note[AGMM_ERROR_LEN + 32]; /* why skipped / what failed: "rank R: " and the library's message */
     double mean_us, median_us, min_us, max_us;
+    double graph_mean_us, graph_median_us;  /* --graph: replays of one captured run; 0: none */
     double err;                  /* rel. Frobenius error of C or of the sum (max over ranks) */
     int exact_a;                 /* gathered A equal bit for bit on every rank */
 } bench_cell;

@@ -225,3 +225,59 @@ int bench_timer_collect(bench_dev *dev, int count, double *us)
         us[i] = ((double *)dev->ev_stop)[i] - ((double *)dev->ev_start)[i];
     return 0;
 }
+
+int bench_graph_begin(bench_dev *dev)
+{
+#ifdef AGMM_HAVE_CUDA
+    if (dev->gpu) {
+        CU(dev, cudaStreamBeginCapture((cudaStream_t)dev->stream, cudaStreamCaptureModeThreadLocal));
+        return 0;
+    }
+#endif
+    snprintf(dev->err, sizeof dev->err, "CUDA graphs need a GPU world");
+    return -1;
+}
+
+int bench_graph_end(bench_dev *dev, int ok, void **exec)
+{
+    *exec = NULL;
+#ifdef AGMM_HAVE_CUDA
+    if (dev->gpu) {
+        cudaGraph_t graph = NULL;
+        cudaGraphExec_t e = NULL;
+        cudaError_t ce = cudaStreamEndCapture((cudaStream_t)dev->stream, &graph);
+        if (ok && ce == cudaSuccess)
+            ce = cudaGraphInstantiate(&e, graph, 0);
+        if (graph)
+            cudaGraphDestroy(graph);
+        if (ce != cudaSuccess) {
+            snprintf(dev->err, sizeof dev->err, "graph capture: %s", cudaGetErrorString(ce));
+            return -1;
+        }
+        *exec = e;
+        return ok ? 0 : -1;
+    }
+#endif
+    snprintf(dev->err, sizeof dev->err, "CUDA graphs need a GPU world");
+    return -1;
+}
+
+int bench_graph_launch(bench_dev *dev, void *exec)
+{
+#ifdef AGMM_HAVE_CUDA
+    if (dev->gpu) {
+        CU(dev, cudaGraphLaunch((cudaGraphExec_t)exec, (cudaStream_t)dev->stream));
+        return 0;
+    }
+#endif
+    snprintf(dev->err, sizeof dev->err, "CUDA graphs need a GPU world");
+    return -1;
+}
+
+void bench_graph_free(void *exec)
+{
+#ifdef AGMM_HAVE_CUDA
+    if (exec)
+        cudaGraphExecDestroy((cudaGraphExec_t)exec);
+#endif
+}

@@ -36,6 +36,14 @@ int bench_sync(bench_dev *dev);
 int bench_timer_start(bench_dev *dev, int i);
 int bench_timer_stop(bench_dev *dev, int i);
 int bench_timer_collect(bench_dev *dev, int count, double *us);
+/* CUDA graphs on the rank's stream (GPUs only; -1 with dev->err in the CPU world): begin starts a
+ * thread-local capture (the other ranks' threads keep calling CUDA), end instantiates what was
+ * captured into *exec (the capture is ended even when the work in it failed: ok = 0), launch
+ * enqueues one replay, free releases it (NULL-safe). */
+int bench_graph_begin(bench_dev *dev);
+int bench_graph_end(bench_dev *dev, int ok, void **exec);
+int bench_graph_launch(bench_dev *dev, void *exec);
+void bench_graph_free(void *exec);
 /* Plain GEMM on the gathered shape (tools/bench_gemm.c): *lib_us with the world's reference GEMM
  * (cuBLASLt on GPUs, the CPU GEMM on the CPU), *engine_us with agmm's GEMM engine (GPUs only):
  * median microseconds over `iters` calls after `warmup`, the L2 flushed before each; < 0 where

@@ -140,42 +140,146 @@ static agmm_status run_once(cell_job *j, agmm_plan *plan, const void *io)
     return agmm_all_reduce(plan, io, j->dev->stream);
 }
 
-/* Warm-up, agreement, timed loop; rank 0's times become the cell's statistics. `go` (the same on
- * every rank) says whether to time at all; every rank meets the agreement either way. */
-static void time_plan(cell_job *j, agmm_plan *plan, const void *io, int go)
+/* One timed call: an eager run of the plan, or a replay of its graph `exec`. 0 on success. */
+typedef int (*cell_call)(cell_job *j, agmm_plan *plan, const void *io, void *exec);
+
+static int call_run(cell_job *j, agmm_plan *plan, const void *io, void *exec)
+{
+    return run_once(j, plan, io) == AGMM_SUCCESS ? 0 : -1;
+}
+
+static int call_replay(cell_job *j, agmm_plan *plan, const void *io, void *exec)
+{
+    return bench_graph_launch(j->dev, exec);
+}
+
+/* Warm-up, agreement, timed loop of `call`; rank 0's times go to *out (returns 1 then). `go` (the
+ * same on every rank) says whether to time at all; every rank meets the agreement either way. */
+static int time_calls(cell_job *j, cell_call call, agmm_plan *plan, const void *io, void *exec, int go,
+                      agmm_stats *out)
 {
     const bench_options *o = &j->res->opt;
     bench_dev *dev = j->dev;
     for (int i = 0; go && i < o->warmup; i++)
-        if (run_once(j, plan, io) != AGMM_SUCCESS)
+        if (call(j, plan, io, exec) != 0)
             go = cell_fail(j, CELL_ERROR, why(j, "warm-up run failed"));
     if (go && (agmm_ctx_sync(j->ctx) != AGMM_SUCCESS || bench_sync(dev) != 0))
         go = cell_fail(j, CELL_ERROR, why(j, "warm-up sync failed"));
     if (!cell_agreed_ok(j) || !go)
-        return;
+        return 0;
     for (int i = 0; i < o->iters; i++) {
-        if (bench_flush(dev) || bench_timer_start(dev, i) || run_once(j, plan, io) != AGMM_SUCCESS ||
+        if (bench_flush(dev) || bench_timer_start(dev, i) || call(j, plan, io, exec) != 0 ||
             bench_timer_stop(dev, i)) {
             cell_fail(j, CELL_ERROR, why(j, "timed run failed"));
-            return;
+            return 0;
         }
     }
     double *us = malloc((size_t)o->iters * sizeof *us);
     if (us == NULL || bench_timer_collect(dev, o->iters, us) != 0 || agmm_ctx_sync(j->ctx) != AGMM_SUCCESS) {
         cell_fail(j, CELL_ERROR, why(j, "timed run failed"));
         free(us);
-        return;
+        return 0;
     }
-    if (j->rank == 0) {
-        agmm_stats s;
-        agmm_stats_compute(us, o->iters, &s);
+    if (j->rank == 0)
+        agmm_stats_compute(us, o->iters, out);
+    free(us);
+    return j->rank == 0;
+}
+
+static void time_plan(cell_job *j, agmm_plan *plan, const void *io, int go)
+{
+    agmm_stats s;
+    if (time_calls(j, call_run, plan, io, NULL, go, &s)) {
         bench_cell *cell = &j->res->rows[j->row].cell[j->bi];
         cell->mean_us = s.mean;
         cell->median_us = s.median;
         cell->min_us = s.min;
         cell->max_us = s.max;
     }
-    free(us);
+}
+
+/* An output a graph replay must reproduce: its device buffer, and the eager run's result on the
+ * host (already checked against the reference). */
+typedef struct {
+    void *dev;
+    const void *host;
+    size_t count;      /* elements */
+    agmm_dtype dtype;
+    int exact;         /* 1: bit for bit (the gathered A); 0: within the cell's tolerance (a sum may
+                          be added in another order by NCCL inside a graph) */
+} cell_output;
+
+/* One replay with the outputs poisoned first; 1 if it reproduces the eager run, else the cell fails. */
+static int replay_matches(cell_job *j, void *exec, const cell_output *outs, int nouts)
+{
+    bench_dev *dev = j->dev;
+    int ok = 1;
+    for (int i = 0; i < nouts && ok; i++)
+        ok = bench_poison_bf16(dev, outs[i].dev, outs[i].count * agmm_dtype_bytes(outs[i].dtype) / 2) == 0;
+    if (!ok || bench_graph_launch(dev, exec) != 0 || bench_sync(dev) != 0 || agmm_ctx_sync(j->ctx) != AGMM_SUCCESS)
+        return cell_fail(j, CELL_ERROR, why(j, "graph replay failed"));
+    for (int i = 0; i < nouts; i++) {
+        size_t es = agmm_dtype_bytes(outs[i].dtype);
+        void *got = malloc(outs[i].count * es);
+        if (got == NULL || bench_download(dev, got, outs[i].dev, outs[i].count * es) != 0) {
+            free(got);
+            return cell_fail(j, CELL_ERROR, got ? dev->err : "host allocation failed");
+        }
+        double num = 0, den = 0;
+        int same = memcmp(got, outs[i].host, outs[i].count * es) == 0;
+        for (size_t e = 0; !same && e < outs[i].count; e++) {
+            double a, b;
+            if (outs[i].dtype == AGMM_DTYPE_F32) {
+                a = ((const float *)got)[e];
+                b = ((const float *)outs[i].host)[e];
+            } else {
+                a = agmm_bf16_to_f32(((const uint16_t *)got)[e]);
+                b = agmm_bf16_to_f32(((const uint16_t *)outs[i].host)[e]);
+            }
+            num += (a - b) * (a - b);
+            den += b * b;
+        }
+        free(got);
+        double err = den > 0 ? sqrt(num / den) : sqrt(num);
+        double tol = outs[i].dtype == AGMM_DTYPE_F32 ? TOL_F32 : TOL_BF16;
+        if (!same && (outs[i].exact || !(err <= tol))) {
+            char what[160];
+            snprintf(what, sizeof what, "graph replay: output %d differs from the run's (rel err %.2e, tolerance %s)",
+                     i, err, outs[i].exact ? "exact" : tol == TOL_F32 ? "1e-5" : "1e-2");
+            return cell_fail(j, CELL_WRONG, what);
+        }
+    }
+    return 1;
+}
+
+/* --graph: capture one run of the plan into a CUDA graph on every rank, check that a replay
+ * reproduces the eager run's outputs, then (unless --check) time replays as the graph figures.
+ * `go` is the same on every rank; so is every collective step below. */
+static void time_graph(cell_job *j, agmm_plan *plan, const void *io, const cell_output *outs, int nouts, int go)
+{
+    bench_dev *dev = j->dev;
+    void *exec = NULL;
+    if (!go || !dev->gpu)
+        return;
+    if (bench_graph_begin(dev) != 0) {
+        cell_fail(j, CELL_ERROR, dev->err);
+    } else {
+        int ran = run_once(j, plan, io) == AGMM_SUCCESS;
+        if (!ran)
+            cell_fail(j, CELL_ERROR, why(j, "graph capture: the run failed"));
+        if (bench_graph_end(dev, ran, &exec) != 0 && ran)
+            cell_fail(j, CELL_ERROR, dev->err);
+    }
+    /* Instantiation may synchronise the device: every rank has its graph before any replays. */
+    if (cell_agreed_ok(j))
+        replay_matches(j, exec, outs, nouts);
+    agmm_stats s;
+    if (time_calls(j, call_replay, plan, io, exec, cell_agreed_ok(j) && !j->res->opt.check_only, &s)) {
+        bench_cell *cell = &j->res->rows[j->row].cell[j->bi];
+        cell->graph_mean_us = s.mean;
+        cell->graph_median_us = s.median;
+    }
+    bench_graph_free(exec);
 }
 
 static const char *why(cell_job *j, const char *fallback)
@@ -251,6 +355,9 @@ static void run_ag_matmul(cell_job *j)
         }
     }
     time_plan(j, plan, &io, cell_agreed_ok(j) && !o->check_only);
+    const cell_output outs[2] = {{dag, hag, (size_t)(rows * k), AGMM_DTYPE_BF16, 1},
+                                 {dc, hc, (size_t)(rows * n), AGMM_DTYPE_BF16, 0}};
+    time_graph(j, plan, &io, outs, 2, o->graph && cell_agreed_ok(j));
     bench_free(dev, db);
     bench_free(dev, dag);
     bench_free(dev, dc);
@@ -333,6 +440,8 @@ static void run_all_reduce(cell_job *j)
         }
     }
     time_plan(j, plan, &io, cell_agreed_ok(j) && !o->check_only);
+    const cell_output outs[1] = {{dout, hout, (size_t)n, o->dtype, 0}};
+    time_graph(j, plan, &io, outs, 1, o->graph && cell_agreed_ok(j));
     bench_free(dev, dout);
     free(hin);
     free(hout);

@@ -96,6 +96,9 @@ void report_print(const bench_results *r, FILE *f)
     fprintf(f, "\n# agmm-bench: %s, %s, W=%d ranks\n# %s\n", op_name(r), dtype_name(r), r->nranks, r->world_desc);
     if (r->opt.check_only)
         fprintf(f, "# --check: correctness only, nothing timed\n");
+    if (r->opt.graph)
+        fprintf(f, "# --graph: %s\n", r->gpu ? "graph_us = median us of replays of one captured run, timed as the runs"
+                                              : "CUDA graphs need GPUs: no graph figures in the CPU world");
     else
         fprintf(f, "# time: mean us of %d calls after %d warm-up calls, %s%s\n", r->opt.iters, r->opt.warmup,
                 r->gpu ? "rank 0's CUDA events" : "rank 0's wall clock",
@@ -123,6 +126,8 @@ void report_print(const bench_results *r, FILE *f)
     }
 
     fprintf(f, "\n%-22s %-10s %10s %10s", r->opt.op == AGMM_OP_AG_MATMUL ? "shape" : "n", "backend", "mean_us", "median_us");
+    if (r->opt.graph)
+        fprintf(f, " %9s", "graph_us");
     if (r->opt.op == AGMM_OP_AG_MATMUL)
         fprintf(f, " %9s %8s %8s %9s %9s %10s\n", "TFLOP/s", "vs_nccl", "overlap", "t/engine", "err", "gathered_A");
     else
@@ -141,6 +146,8 @@ void report_print(const bench_results *r, FILE *f)
             }
             print_num(f, 10, timed(r, c) ? c->mean_us : NAN, 1);
             print_num(f, 10, timed(r, c) ? c->median_us : NAN, 1);
+            if (r->opt.graph)
+                print_num(f, 9, timed(r, c) && c->graph_median_us > 0 ? c->graph_median_us : NAN, 1);
             if (r->opt.op == AGMM_OP_AG_MATMUL) {
                 print_num(f, 9, d.tflops, d.tflops < 10 ? 3 : 1);
                 print_num(f, 8, d.speedup, 2);
@@ -177,7 +184,8 @@ int report_csv(const bench_results *r, const char *path)
     if (f == NULL)
         return -1;
     fprintf(f, "op,world,nranks,m,n,k,dtype,backend,state,mean_us,median_us,min_us,max_us,tflops,algbw_gbps,"
-               "busbw_gbps,speedup_vs_nccl,overlap,gemm_us,engine_us,err,exact_a,best,note\n");
+               "busbw_gbps,speedup_vs_nccl,overlap,gemm_us,engine_us,err,exact_a,best,graph_mean_us,graph_median_us,"
+               "note\n");
     for (int i = 0; i < r->nrows; i++) {
         const bench_row *row = &r->rows[i];
         int best = report_best(r, row);
@@ -201,7 +209,10 @@ int report_csv(const bench_results *r, const char *path)
             csv_num(f, row->engine_us > 0 ? row->engine_us : NAN);
             /* An error figure only where the cell was checked, as in the JSON. */
             csv_num(f, c->state == CELL_OK || c->state == CELL_WRONG ? c->err : NAN);
-            fprintf(f, ",%d,%d,\"", c->exact_a, best == b);
+            fprintf(f, ",%d,%d", c->exact_a, best == b);
+            csv_num(f, t && c->graph_mean_us > 0 ? c->graph_mean_us : NAN);
+            csv_num(f, t && c->graph_median_us > 0 ? c->graph_median_us : NAN);
+            fputs(",\"", f);
             for (const char *p = c->note; *p; p++)
                 fputc(*p == '"' ? '\'' : *p, f);
             fputs("\"\n", f);
@@ -265,6 +276,8 @@ int report_json(const bench_results *r, const char *path)
             json_num(f, "speedup_vs_nccl", d.speedup);
             json_num(f, "overlap", d.overlap);
             json_num(f, "err", c->state == CELL_OK || c->state == CELL_WRONG ? c->err : NAN);
+            json_num(f, "graph_mean_us", t && c->graph_mean_us > 0 ? c->graph_mean_us : NAN);
+            json_num(f, "graph_median_us", t && c->graph_median_us > 0 ? c->graph_median_us : NAN);
             fprintf(f, ", \"exact_a\": %s, \"note\": ", c->exact_a ? "true" : "false");
             json_str(f, c->note);
             fputc('}', f);

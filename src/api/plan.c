@@ -166,6 +166,9 @@ static agmm_status plan_run(agmm_plan *p, agmm_op op, const void *io, void *stre
         st = agmm_gpu_check_dev_error(ctx);
         if (st == AGMM_SUCCESS)
             st = agmm_gpu_check_stream(ctx, (cudaStream_t)stream);
+        /* Runs of a rank follow each other on the device, whatever streams they are on (agmm.h). */
+        if (st == AGMM_SUCCESS)
+            st = agmm_gpu_order_run(ctx, (cudaStream_t)stream);
         if (st != AGMM_SUCCESS)
             return st;
     }

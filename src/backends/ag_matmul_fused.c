@@ -1,16 +1,20 @@
 /* ag_matmul `fused`: the gather skeleton (gather.h) fills the gathered A chunk by chunk, raising
- * one epoch flag per chunk, while one GEMM walks the output tiles in src/core/schedule.h's order
+ * one flag per chunk, while one GEMM walks the output tiles in src/core/schedule.h's order
  * (local rows first, then rank+1's, ...) and waits once per tile on that tile's chunk flag. Tiles
  * of the local shard read A straight from the shard, with no wait and no copy first (kraken's
  * trick, for any M).
  *
  * GPU: the GEMM is the persistent engine of src/kernels/gemm_engine.cu, launched on S as the
- * skeleton's start hook; its producer waits (acquire, bounded) until flags[chunk] >= epoch. The
- * landed hook raises the chunk's flag on the copy stream C with cuStreamWriteValue32, whose
+ * skeleton's start hook; its producer waits (acquire, bounded) until flags[chunk] >= 1. The
+ * landed hook raises the chunk's flag to 1 on the copy stream C with cuStreamWriteValue32, whose
  * default memory barrier orders the copied bytes before the flag (a one-thread release kernel
  * where the driver lacks stream memory operations).
- *   Flags: W*S uint32 in this rank's device memory, written only by its copy stream, read only
- *   by its GEMM; zeroed once at plan time and never reset (epochs).
+ *   Flags: W*S uint32 and the engine's count in this rank's device memory, zeroed at plan time;
+ *   raised only by its copy stream, read only by its GEMM. Reset: the GEMM puts them back to 0
+ *   when its last CTA has passed its waits, and the next run's copies come after that GEMM (C
+ *   waits for ev_in, recorded on S after it). The raised value is a constant, so a run captured
+ *   in a CUDA graph raises and resets the same way at every replay (an epoch written from the
+ *   host would be frozen into the graph).
  *   SMs: the barrier and flag kernels need an SM while the persistent GEMM holds the others. The
  *   entry barrier is enqueued first, on a high-priority stream; with several ranks the GEMM
  *   leaves one SM free, and where ranks share a GPU it takes at most SMs/ranks - 1, so every
@@ -18,7 +22,8 @@
  *
  * CPU: the rank's thread is the GEMM role: tile i = agmm_sched_tile(i) for i = 0, 1, ...; local
  * tiles (the first tiles_per_rank) at once from the shard, any other after its chunk's flag. The
- * same schedule, flags and epochs as the GPU, so the CPU tests prove the order the GPU runs. */
+ * same schedule and flags (raised to 1, reset after the run) as the GPU, so the CPU tests prove
+ * the order and the protocol the GPU runs. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -159,7 +164,7 @@ static const agmm_backend_impl fused_cpu_impl = {
 typedef struct {
     agmm_gather_gpu gather;
     agmm_gemm_plan *gemm;
-    uint32_t *flags;             /* nranks * splits chunk flags (device memory) */
+    uint32_t *flags;             /* nranks * splits chunk flags, then the engine's count */
 } fused_gpu;
 
 static void gpu_destroy(agmm_plan *plan)
@@ -203,7 +208,7 @@ static agmm_status gpu_create(agmm_plan *plan)
         return AGMM_FAIL(err, AGMM_ERR_NO_MEMORY, "rank %d: plan state allocation failed", ri->rank);
     plan->state = x;
     AGMM_TRY(st, agmm_gather_gpu_create(plan, &x->gather));
-    size_t flag_bytes = (size_t)ri->nranks * (size_t)md->splits * sizeof(uint32_t);
+    size_t flag_bytes = ((size_t)ri->nranks * (size_t)md->splits + 1) * sizeof(uint32_t);
     AGMM_CUDA_TRY(st, err, cudaMalloc((void **)&x->flags, flag_bytes));
     AGMM_CUDA_TRY(st, err, cudaMemset(x->flags, 0, flag_bytes));
 
@@ -239,15 +244,15 @@ fail:
 static agmm_status gpu_start(agmm_plan *plan, const agmm_ag_matmul_io *io, cudaStream_t s, void *arg)
 {
     fused_gpu *x = arg;
-    agmm_status st = agmm_gemm_run(x->gemm, plan->epoch, s);
+    agmm_status st = agmm_gemm_run(x->gemm, 1, s);
     if (st != AGMM_SUCCESS)
         return AGMM_FAIL(agmm_ctx_err(plan->ctx), st, "rank %d: GEMM engine launch failed: %s",
                          agmm_ctx_info(plan->ctx)->rank, cudaGetErrorString(cudaGetLastError()));
     return AGMM_SUCCESS;
 }
 
-/* The flag goes up only after the copy completes; the write's default memory barrier (or the
- * kernel's release fence) makes the copied rows visible first. */
+/* The flag goes up (to 1) only after the copy completes; the write's default memory barrier (or
+ * the kernel's release fence) makes the copied rows visible first. */
 static agmm_status gpu_landed(agmm_plan *plan, const agmm_ag_matmul_io *io, int chunk, int64_t row0, int64_t rows,
                               cudaStream_t s, cudaStream_t c, void *arg)
 {
@@ -256,11 +261,11 @@ static agmm_status gpu_landed(agmm_plan *plan, const agmm_ag_matmul_io *io, int 
     agmm_error *err = agmm_ctx_err(plan->ctx);
     const agmm_gpu_rank *g = agmm_ctx_gpu(plan->ctx);
     if (g->write_value32) {
-        if (g->write_value32(c, (uintptr_t)(x->flags + chunk), plan->epoch, 0) != 0)
+        if (g->write_value32(c, (uintptr_t)(x->flags + chunk), 1, 0) != 0)
             return AGMM_FAIL(err, AGMM_ERR_CUDA, "rank %d: cuStreamWriteValue32 of chunk %d's flag failed",
                              agmm_ctx_info(plan->ctx)->rank, chunk);
     } else {
-        AGMM_CUDA_TRY(st, err, agmm_launch_flag_raise(x->flags + chunk, plan->epoch, c));
+        AGMM_CUDA_TRY(st, err, agmm_launch_flag_raise(x->flags + chunk, 1, c));
     }
 fail:
     return st;

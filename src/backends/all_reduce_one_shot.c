@@ -120,7 +120,6 @@ static agmm_status gpu_run(agmm_plan *plan, const void *vio, void *stream)
         a.stage = AGMM_AR_STAGE_REGS;
     else
         a.stage = AGMM_AR_STAGE_SCRATCH;
-    a.epoch = plan->epoch;
     a.err = g->err_dev;
     a.timeout_ns = g->timeout_ns ? g->timeout_ns : 5000000000ull;
     cudaError_t ce = agmm_all_reduce_one_shot_launch(&a, plan->desc.ar.dtype, (cudaStream_t)stream);

@@ -165,7 +165,6 @@ static agmm_status gpu_run(agmm_plan *plan, const void *vio, void *stream)
     a.nranks = ri->nranks;
     a.grid = im->grid;
     a.stage = AGMM_AR_STAGE_NONE;
-    a.epoch = plan->epoch;
     a.err = g->err_dev;
     a.timeout_ns = g->timeout_ns ? g->timeout_ns : 5000000000ull;
     cudaError_t ce = agmm_all_reduce_two_shot_launch(&a, plan->desc.ar.dtype, (cudaStream_t)stream);

@@ -1,7 +1,8 @@
 /* The gather skeleton in the CPU world (gather.h): the plan's copy thread copies the peers'
- * chunks and raises each chunk's flag (release) after its rows; the rank's thread computes and
- * acquires a chunk's flag before reading its rows. Flags are never reset: a chunk is ready in run
- * e when its flag has reached e. */
+ * chunks and raises each chunk's flag to 1 (release) after its rows; the rank's thread computes
+ * and acquires a chunk's flag before reading its rows. The protocol of the GPU's fused flags: the
+ * raised value is a constant, and the flags go back to 0 once every wait and every copy of the
+ * run is over, before the next run queues its copies. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +44,7 @@ void agmm_gather_cpu_destroy(agmm_gather_cpu *g)
 }
 
 /* Queues the copies of one run, in the order the schedule visits the chunks: peers in rotated
- * order, each chunk raising its flag to the run's epoch; then the local shard, raising nothing. */
+ * order, each chunk raising its flag to 1; then the local shard, raising nothing. */
 static agmm_status queue_copies(agmm_plan *plan, agmm_gather_cpu *g, uint16_t *a_gathered)
 {
     const agmm_ag_matmul_desc *d = &plan->desc.mm;
@@ -61,7 +62,7 @@ static agmm_status queue_copies(agmm_plan *plan, agmm_gather_cpu *g, uint16_t *a
                 .src = (const uint16_t *)agmm_plan_in_peer(plan, src) + row0 * d->k,
                 .bytes = (size_t)(rows * d->k) * sizeof(uint16_t),
                 .flag = g->flags + (size_t)chunk * AGMM_CPU_FLAG_STRIDE,
-                .epoch = plan->epoch,
+                .epoch = 1,
                 .delay_us = g->delay_us[chunk],
                 .done_ns = g->copy_done_ns + chunk,
             };
@@ -84,7 +85,7 @@ agmm_status agmm_gather_cpu_wait(agmm_plan *plan, const agmm_gather_cpu *g, int 
     const agmm_ag_matmul_desc *d = &plan->desc.mm;
     uint32_t seen = 0;
     /* Acquire: pairs with the copy thread's release after it wrote the chunk's rows. */
-    if (agmm_cpu_flag_wait(g->flags + (size_t)chunk * AGMM_CPU_FLAG_STRIDE, plan->epoch, ri->timeout_s, &seen))
+    if (agmm_cpu_flag_wait(g->flags + (size_t)chunk * AGMM_CPU_FLAG_STRIDE, 1, ri->timeout_s, &seen))
         return AGMM_SUCCESS;
     agmm_sched s = {.m = d->m, .splits = d->splits};
     int64_t row0, rows;
@@ -118,6 +119,9 @@ agmm_status agmm_gather_cpu_run(agmm_plan *plan, agmm_gather_cpu *g, const agmm_
         return st;
     if (drained != AGMM_SUCCESS)
         return drained;
+    /* Every wait and every copy of this run is over: the flags go back to 0 for the next run. */
+    for (int c = 0; c < g->chunks; c++)
+        agmm_cpu_flag_raise(g->flags + (size_t)c * AGMM_CPU_FLAG_STRIDE, 0);
     snprintf(name, sizeof name, "%s closing barrier", what);
     return agmm_symm_barrier_host(plan->ctx, name);
 }

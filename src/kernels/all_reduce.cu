@@ -178,8 +178,19 @@ __device__ __forceinline__ uint32_t ld_relaxed_sys(const uint32_t *p)
     return v;
 }
 
-/* Barrier of block b with block b of every rank, at count `value`. Returns false, the same in
- * every thread of the block, when a peer did not arrive within timeout_ns (recorded in err).
+/* This run's epoch for this block (all_reduce.h: from the block's own arrival slot, where the
+ * previous run left 2(e-1), or 2(e-1)-1 if its first barrier expired). Read before the first
+ * barrier, which overwrites the slot; the previous run's kernel has completed (stream order), so
+ * its stores are visible. */
+__device__ __forceinline__ uint32_t run_epoch(const agmm_all_reduce_args &a)
+{
+    const uint32_t *own = static_cast<const uint32_t *>(a.pad[a.rank]) + (size_t)blockIdx.x * a.nranks + a.rank;
+    return (ld_relaxed_sys(own) + 1u) / 2u + 1u;
+}
+
+/* Barrier of block b with block b of every rank, at count `value` (2e-1 or 2e of run `epoch`).
+ * Returns false, the same in every thread of the block, when a peer did not arrive within
+ * timeout_ns (recorded in err).
  *
  * Ordering. The __syncthreads() first orders every access this block made before (loads of
  * peers' inputs, stores of res or out) before thread p's st.release.sys to rank p's pad: the
@@ -187,7 +198,7 @@ __device__ __forceinline__ uint32_t ld_relaxed_sys(const uint32_t *p)
  * knows its loads are done. Thread p of this block acquires rank p's flag (ld.acquire.sys after
  * relaxed polling), and the closing __syncthreads_or extends that to every thread of the block:
  * what rank p's block did before its release is visible to all of them afterwards. */
-__device__ __forceinline__ bool block_barrier(const agmm_all_reduce_args &a, uint32_t value)
+__device__ __forceinline__ bool block_barrier(const agmm_all_reduce_args &a, uint32_t epoch, uint32_t value)
 {
     __syncthreads();
     int late = 0;
@@ -213,7 +224,7 @@ __device__ __forceinline__ bool block_barrier(const agmm_all_reduce_args &a, uin
                     break;
                 }
                 if (agmm_globaltimer_ns() > deadline) {
-                    agmm_dev_error_record(a.err, a.rank, p, AGMM_WAIT_ALL_REDUCE, -1, a.epoch, seen);
+                    agmm_dev_error_record(a.err, a.rank, p, AGMM_WAIT_ALL_REDUCE, -1, epoch, seen);
                     late = 1;
                     break;
                 }
@@ -229,12 +240,13 @@ __device__ __forceinline__ bool block_barrier(const agmm_all_reduce_args &a, uin
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 1) all_reduce_one_shot_kernel(const agmm_all_reduce_args a)
 {
+    const uint32_t e = run_epoch(a);
     __shared__ const unsigned char *s_in[AGMM_MAX_RANKS];
     for (int p = threadIdx.x; p < a.nranks; p += kThreads)
         s_in[p] = static_cast<const unsigned char *>(a.in[p]) + a.in_offset;
     /* Opening barrier (its __syncthreads also publishes s_in to the block). Inputs were written
      * by earlier work on each rank's stream, complete before that rank's kernel started. */
-    if (!block_barrier(a, 2u * a.epoch - 1u))
+    if (!block_barrier(a, e, 2u * e - 1u))
         return;
 
     const int64_t nvec = (a.n + lanes<T>::kVec - 1) / lanes<T>::kVec;
@@ -249,7 +261,7 @@ __global__ void __launch_bounds__(kThreads, 1) all_reduce_one_shot_kernel(const 
             held[k] = v < nvec ? reduce_vec<T>(s_in, a.nranks, v, vec_elems<T>(v, a.n)) : make_uint4(0, 0, 0, 0);
         }
         /* Closing barrier: every peer's block has loaded these elements of our input. */
-        if (!block_barrier(a, 2u * a.epoch))
+        if (!block_barrier(a, e, 2u * e))
             return;
 #pragma unroll
         for (int k = 0; k < kRegVecs; k++) {
@@ -268,7 +280,7 @@ __global__ void __launch_bounds__(kThreads, 1) all_reduce_one_shot_kernel(const 
         store_vec<T>(dst, v, reduce_vec<T>(s_in, a.nranks, v, elems), elems, dst_aligned);
     }
     /* Closing barrier: no rank returns while a peer's block may still load its input. */
-    if (!block_barrier(a, 2u * a.epoch))
+    if (!block_barrier(a, e, 2u * e))
         return;
     if (scratch) {
         /* In place: our input is ours again. Each thread copies back the vectors it wrote. */
@@ -280,6 +292,7 @@ __global__ void __launch_bounds__(kThreads, 1) all_reduce_one_shot_kernel(const 
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 1) all_reduce_two_shot_kernel(const agmm_all_reduce_args a)
 {
+    const uint32_t e = run_epoch(a);
     __shared__ const unsigned char *s_in[AGMM_MAX_RANKS];
     __shared__ const uint4 *s_res[AGMM_MAX_RANKS];
     __shared__ int64_t s_lo[AGMM_MAX_RANKS + 1];
@@ -294,7 +307,7 @@ __global__ void __launch_bounds__(kThreads, 1) all_reduce_two_shot_kernel(const 
     }
     /* Opening barrier: inputs complete everywhere, and every peer's run e-1 is over (no pull of
      * our res from it is pending) before we overwrite res below. */
-    if (!block_barrier(a, 2u * a.epoch - 1u))
+    if (!block_barrier(a, e, 2u * e - 1u))
         return;
 
     const int64_t stride = (int64_t)a.grid * kThreads;
@@ -313,7 +326,7 @@ __global__ void __launch_bounds__(kThreads, 1) all_reduce_two_shot_kernel(const 
     }
     /* Middle barrier: releases our res writes (and the end of our input reads) to every peer;
      * acquires theirs. */
-    if (!block_barrier(a, 2u * a.epoch))
+    if (!block_barrier(a, e, 2u * e))
         return;
 
     /* All-gather: pull every other slice, starting with rank r+1's so ranks spread their loads. */

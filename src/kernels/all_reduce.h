@@ -13,15 +13,22 @@
  * therefore touches exactly the elements block b of every other rank touches, which is why the
  * barriers below can be per block.
  *
- * Signal pad (symmetric, pad_slots uint32 per rank, zeroed at allocation, never reset): slot
+ * Signal pad (symmetric, grid * W uint32 per rank, zeroed at allocation, never reset): slot
  * [b*W + p] of rank r's pad is written by block b of rank p (st.release.sys) and waited on by
- * block b of rank r (ld.acquire.sys). Values are barrier counts: run `epoch` (plan->epoch, equal
- * on all ranks) raises them to 2*epoch-1 at its first barrier and 2*epoch at its second; a wait
- * is satisfied when value - want >= 0 as int32 (monotonic, wrap-safe, so a peer that is already
- * one barrier ahead also satisfies it). A wait longer than timeout_ns records
- * AGMM_WAIT_ALL_REDUCE in err (rank, peer, epoch = the run, seen = the raw flag value) and the
- * block returns; a wait that finds err already set (an earlier wait of this rank expired, so the
- * ranks are out of step) returns at once, so runs queued behind a failed one end quickly.
+ * block b of rank r (ld.acquire.sys). Values are barrier counts: run e of the plan (counted from 1,
+ * equal on all ranks) raises them to 2e-1 at its first barrier and 2e at its second; a wait is
+ * satisfied when value - want >= 0 as int32 (monotonic, wrap-safe, so a peer that is already one
+ * barrier ahead also satisfies it). A wait longer than timeout_ns records AGMM_WAIT_ALL_REDUCE in
+ * err (rank, peer, epoch = the run, seen = the raw flag value) and the block returns; a wait that
+ * finds err already set (an earlier wait of this rank expired, so the ranks are out of step)
+ * returns at once, so runs queued behind a failed one end quickly.
+ *
+ * The run's epoch comes from the device, not from the launch, so a run captured in a CUDA graph
+ * is a new run at every replay: block b reads its own arrival slot [b*W + r] of its own pad, which
+ * nobody else writes and which the previous run left at 2(e-1) (or 2(e-1)-1 if its first barrier
+ * expired), and takes e = (slot + 1) / 2 + 1 (wrapping consistently on every rank). That needs
+ * the runs of a plan to follow each other on the device (the API orders a rank's runs) and a grid
+ * that never changes (a plan's).
  *
  * Grid: `grid` blocks of AGMM_AR_THREADS threads, equal on every rank and never more than the
  * SMs this rank may hold while it spins (num_sms / ranks_on_device in an emulated world), so all
@@ -68,7 +75,6 @@ typedef struct {
     int rank, nranks;
     int grid;             /* blocks, >= 1; equal on every rank; pad holds grid * nranks slots */
     int stage;            /* agmm_ar_stage (one_shot only) */
-    uint32_t epoch;       /* plan->epoch of this run, >= 1 */
     agmm_dev_error *err;  /* where an expired wait is recorded (host-mapped) */
     uint64_t timeout_ns;  /* bound of every wait */
 } agmm_all_reduce_args;
@@ -77,8 +83,8 @@ typedef struct {
 static inline int agmm_ar_vec_elems(agmm_dtype dtype) { return dtype == AGMM_DTYPE_F32 ? 4 : 8; }
 
 /* Enqueues one run on `stream`. Returns cudaGetLastError() after the launch. Every rank must
- * launch the same kernel with the same n, grid and epoch, and in an emulated world on streams
- * that may run concurrently (never the legacy default stream). */
+ * launch the same kernel with the same n and grid, as many times, and in an emulated world on
+ * streams that may run concurrently (never the legacy default stream). */
 cudaError_t agmm_all_reduce_one_shot_launch(const agmm_all_reduce_args *args, agmm_dtype dtype,
                                             cudaStream_t stream);
 cudaError_t agmm_all_reduce_two_shot_launch(const agmm_all_reduce_args *args, agmm_dtype dtype,

@@ -43,12 +43,15 @@
  * Chunk flags (fused path; desc.chunk_flags): one uint32 per chunk. Writer: whoever fills the
  *   chunk in the gathered A (a copy engine's stream write, a peer), after the data. Waiter:
  *   the producer thread, once per tile that reads the gathered A, before that tile's first A
- *   load: acquire load until flag - epoch >= 0 (wrap-safe), then fence.proxy.async.global
+ *   load: acquire load until flag - ready >= 0 (wrap-safe), then fence.proxy.async.global
  *   because the data was written through the generic proxy and TMA reads through the async
- *   one. Reset: never; each run waits for a larger epoch. Bounded: after timeout_ns the wait
- *   is recorded in dev_error (first writer wins) and this CTA, and every CTA that later sees
- *   the record, stops waiting; the kernel then finishes, so a dead peer is an error, never a
- *   hang. Tiles that read the rank's own shard (a_local) never wait.
+ *   one. Reset: by the kernel, at the end of the run (reset_chunk_flags): every producer
+ *   counts itself out after its last wait, and the last one stores 0 to every flag and to the
+ *   count, so a writer can raise a constant (the same value at every CUDA-graph replay).
+ *   Bounded: after timeout_ns the wait is recorded in dev_error (first writer wins) and this
+ *   CTA, and every CTA that later sees the record, stops waiting; the kernel then finishes, so
+ *   a dead peer is an error, never a hang. Tiles that read the rank's own shard (a_local) never
+ *   wait.
  */
 #include "kernels/gemm_engine.h"
 
@@ -96,10 +99,10 @@ struct gemm_params {
     int64_t n;
     int k_blocks;            /* ceil(k / 64); the K tail is zero-filled by TMA */
     int has_local;
-    const uint32_t *flags;
+    uint32_t *flags;         /* nranks*splits chunk flags, then the producers' count */
     agmm_dev_error *err;
     uint64_t timeout_ns;
-    uint32_t epoch;
+    uint32_t ready;          /* the value a chunk flag must reach */
     /* Split-tail (SK) configs only: tiles from sk_first on are cut into sk_split K pieces, reduced
      * through sk_ws (fp32 partials) and sk_ctr (arrival counters, zero between runs). */
     int64_t sk_first;
@@ -132,17 +135,17 @@ __device__ __noinline__ int wait_chunk(const gemm_params &p, int chunk, int src_
 {
     const uint32_t *flag = p.flags + chunk;
     uint32_t seen = agmm_ld_acquire_sys(flag);
-    if ((int32_t)(seen - p.epoch) < 0) {
+    if ((int32_t)(seen - p.ready) < 0) {
         const uint64_t deadline = agmm_globaltimer_ns() + p.timeout_ns;
         for (;;) {
             __nanosleep(64); /* the SM's consumers may still be busy: keep issue slots free */
             seen = agmm_ld_acquire_sys(flag);
-            if ((int32_t)(seen - p.epoch) >= 0)
+            if ((int32_t)(seen - p.ready) >= 0)
                 break;
             if (*(volatile const uint32_t *)&p.err->code != AGMM_DEV_OK)
                 return 1;
             if (agmm_globaltimer_ns() > deadline) {
-                agmm_dev_error_record(p.err, p.sched.rank, src_rank, AGMM_WAIT_CHUNK, chunk, p.epoch, seen);
+                agmm_dev_error_record(p.err, p.sched.rank, src_rank, AGMM_WAIT_CHUNK, chunk, p.ready, seen);
                 return 1;
             }
         }
@@ -151,6 +154,23 @@ __device__ __noinline__ int wait_chunk(const gemm_params &p, int chunk, int src_
      * through the async proxy: order the acquired data before this thread's next TMA loads. */
     asm volatile("fence.proxy.async.global;" ::: "memory");
     return 0;
+}
+
+/* The flags' reset (see the header comment), by the producer thread after its last wait. The
+ * first fence orders this producer's flag loads before its count; the last producer's fence
+ * orders every count it read (and so every producer's loads) before its stores. The next run's
+ * writers come after this kernel has completed (stream order), so they find the flags at 0. */
+__device__ __noinline__ void reset_chunk_flags(const gemm_params &p)
+{
+    const int nflags = p.sched.nranks * p.sched.splits;
+    uint32_t *count = p.flags + nflags;
+    __threadfence();
+    if (atomicAdd(count, 1u) != gridDim.x - 1)
+        return;
+    __threadfence();
+    for (int i = 0; i < nflags; i++)
+        p.flags[i] = 0;
+    *count = 0;
 }
 
 /* A unit of work: a whole tile, or with split-tail (SK) configs one of the K pieces of a tile of
@@ -278,6 +298,8 @@ __device__ __forceinline__ void gemm_producer(const gemm_params &p, uint32_t sa,
             }
         }
     }
+    if (p.flags)
+        reset_chunk_flags(p);
 }
 
 /* Split-tail fix-up of one consumer warp's part (slot = consumer * 4 + warp) of a split tile:
@@ -623,7 +645,7 @@ static void plan_split_tail(int64_t tiles, int ctas, int k_blocks, int64_t *firs
 
 struct agmm_gemm_plan {
     agmm_gemm_desc desc; /* pointers as last set */
-    gemm_params params;  /* maps of the current pointers; epoch filled per run */
+    gemm_params params;  /* maps of the current pointers; ready filled per run */
     PFN_cuTensorMapEncodeTiled_v12000 encode;
     const void *kernel;
     int config, ctas;
@@ -883,11 +905,11 @@ fail:
     return st;
 }
 
-extern "C" agmm_status agmm_gemm_run(agmm_gemm_plan *pl, uint32_t epoch, cudaStream_t stream)
+extern "C" agmm_status agmm_gemm_run(agmm_gemm_plan *pl, uint32_t ready, cudaStream_t stream)
 {
     if (!pl->desc.a || !pl->desc.b || !pl->desc.c)
         return AGMM_ERR_INVALID_ARG;
-    pl->params.epoch = epoch;
+    pl->params.ready = ready;
     void *args[] = {&pl->params};
     cudaLaunchConfig_t cfg;
     cudaLaunchAttribute attr;

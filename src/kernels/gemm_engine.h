@@ -3,7 +3,7 @@
  * (K x N contiguous), C row-major, fp32 accumulation, bf16 out.
  *
  * It is also the GEMM half of the fused all-gather matmul: tiles are visited in core/schedule.h's
- * order, and each tile can (1) wait on its chunk's epoch flag (acquire, bounded) before its A
+ * order, and each tile can (1) wait on its chunk's flag (acquire, bounded) before its A
  * is loaded and (2) read A either from the gathered buffer or from the rank's own shard.
  * A plain GEMM is the schedule with nranks = 1, splits = 1 and no flags.
  *
@@ -37,12 +37,16 @@ typedef struct {
     int64_t n, k;         /* n >= 1; k >= 8, k % 8 == 0 (16-byte rows for TMA) */
     /* The schedule (core/schedule.h): plain GEMM nranks = 1, rank = 0, splits = 1. */
     int nranks, rank, splits;
-    /* Waits. chunk_flags: nranks*splits uint32 device-visible words (flag id = src_rank*splits +
-     * split); a tile that reads `a` waits until its flag >= the run's epoch (wrap-safe compare),
-     * a tile that reads `a_local` never waits. NULL: no waits. dev_error: where an expired wait
-     * is recorded (host-mapped, required with flags; the caller clears it between runs: a
-     * non-zero record makes every wait give up at once); timeout_ns: the bound (0: 5 s). */
-    const uint32_t *chunk_flags;
+    /* Waits. chunk_flags: nranks*splits uint32 device-visible flags (flag id = src_rank*splits +
+     * split) and one more word, the engine's count, all zero at plan time. A tile that reads `a`
+     * waits until its flag >= the run's `ready` (wrap-safe compare), a tile that reads `a_local`
+     * never waits. Reset: when the last CTA of a run has passed its waits it puts every flag and
+     * the count back to 0, so the writers may raise the same constant every run (a CUDA graph
+     * replays it) and must raise a flag only after the run before has completed. NULL: no waits.
+     * dev_error: where an expired wait is recorded (host-mapped, required with flags; the caller
+     * clears it between runs: a non-zero record makes every wait give up at once); timeout_ns:
+     * the bound (0: 5 s). */
+    uint32_t *chunk_flags;
     agmm_dev_error *dev_error;
     uint64_t timeout_ns;
     int max_ctas;         /* SM budget for the persistent grid; 0: every SM of the device */
@@ -65,12 +69,12 @@ agmm_status agmm_gemm_plan_create(agmm_gemm_plan **out, const agmm_gemm_desc *de
 agmm_status agmm_gemm_plan_set_ptrs(agmm_gemm_plan *plan, const void *a, const void *a_local, const void *b,
                                     void *c, char *err, size_t errlen);
 
-/* Enqueues one GEMM on `stream`. epoch: the value the chunk flags must reach (ignored without
+/* Enqueues one GEMM on `stream`. ready: the value the chunk flags must reach (ignored without
  * flags). A plan's runs must not overlap in time (enqueue them on one stream): split-tail configs
- * keep a workspace in the plan. Returns AGMM_ERR_CUDA if the launch fails, AGMM_ERR_INVALID_ARG if a pointer is
+ * keep a workspace in the plan, and the flags are reset at the end of each run. Returns AGMM_ERR_CUDA if the launch fails, AGMM_ERR_INVALID_ARG if a pointer is
  * still NULL. An expired wait does not fail the call: the kernel records it in dev_error,
  * stops waiting, finishes (with whatever the late chunk held) and the caller reports it. */
-agmm_status agmm_gemm_run(agmm_gemm_plan *plan, uint32_t epoch, cudaStream_t stream);
+agmm_status agmm_gemm_run(agmm_gemm_plan *plan, uint32_t ready, cudaStream_t stream);
 
 void agmm_gemm_plan_destroy(agmm_gemm_plan *plan);
 

@@ -32,14 +32,23 @@ __device__ __forceinline__ uint32_t wait_slot(const uint32_t *slot, uint32_t epo
 }
 
 /* Grid 1 x 64 threads (AGMM_MAX_RANKS). Thread p talks to rank p.
+ * Epoch: thread 0 counts this barrier in the rank's own slot of its own pad (no peer writes that
+ * slot) with an atomic add, so the epoch comes from the device, not from the launch: a captured
+ * barrier replays as the next barrier. The atomic keeps two barriers of one rank distinct even if
+ * a caller misuses streams; barriers of a rank are ordered on its copy stream in normal use.
  * Ordering: everything enqueued before this kernel on the stream has completed when it starts
  * (stream order); the __threadfence_system() makes those writes, and any this thread observed,
  * visible at system scope before the release store of the arrival flag, so a peer that acquires
  * the flag may read this rank's data (its shard, say) over NVLink or with the copy engine. The
  * acquire loads in the wait give the converse: work after this kernel sees the peers' writes. */
-__global__ void barrier_pad_kernel(uint32_t *const *pads, int rank, int nranks, uint32_t epoch,
-                                   uint64_t timeout_ns, agmm_dev_error *err)
+__global__ void barrier_pad_kernel(uint32_t *const *pads, int rank, int nranks, uint64_t timeout_ns,
+                                   agmm_dev_error *err)
 {
+    __shared__ uint32_t s_epoch;
+    if (threadIdx.x == 0)
+        s_epoch = atomicAdd(pads[rank] + rank, 1u) + 1u;
+    __syncthreads();
+    const uint32_t epoch = s_epoch;
     int p = threadIdx.x;
     bool peer = p < nranks && p != rank;
     if (peer) {
@@ -79,12 +88,12 @@ __global__ void peek_peers_kernel(uint32_t *const *bufs, size_t word, int nranks
         out[p] = agmm_ld_acquire_sys(bufs[p] + word);
 }
 
-extern "C" cudaError_t agmm_launch_barrier(uint32_t *const *pads, int rank, int nranks, uint32_t epoch,
-                                           uint64_t timeout_ns, agmm_dev_error *err, cudaStream_t stream)
+extern "C" cudaError_t agmm_launch_barrier(uint32_t *const *pads, int rank, int nranks, uint64_t timeout_ns,
+                                           agmm_dev_error *err, cudaStream_t stream)
 {
     if (nranks < 1 || nranks > 64 || rank < 0 || rank >= nranks)
         return cudaErrorInvalidValue;
-    barrier_pad_kernel<<<1, 64, 0, stream>>>(pads, rank, nranks, epoch, timeout_ns, err);
+    barrier_pad_kernel<<<1, 64, 0, stream>>>(pads, rank, nranks, timeout_ns, err);
     return cudaGetLastError();
 }
 

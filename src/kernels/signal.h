@@ -1,8 +1,9 @@
 /* Cross-rank signalling on streams: the pad barrier, chunk flags, and a peek at peers' words
  * (extern "C" launchers of src/kernels/signal.cu; plain C header).
  *
- * Flags carry epochs (docs/design.md, "Protocols"): a waiter is satisfied by any value >= the epoch it waits
- * for (compared as a wrapping 32-bit difference), so nothing is ever reset between calls. */
+ * Waits compare as a wrapping 32-bit difference: a waiter is satisfied by any value >= the one it
+ * waits for (docs/design.md, "Protocols"). The pad barrier's epochs live in device memory and
+ * advance on the device, so a barrier captured in a CUDA graph is a new barrier at every replay. */
 #ifndef AGMM_KERNELS_SIGNAL_H
 #define AGMM_KERNELS_SIGNAL_H
 
@@ -16,12 +17,14 @@ extern "C" {
 #endif
 
 /* The pad barrier: one block. pads[p] is rank p's signal pad as this rank addresses it (slot q
- * of rank p's pad is written only by rank q). Rank `rank` writes `epoch` into slot `rank` of every
- * peer's pad (system-scope release, after a system fence), then waits until every slot q != rank
- * of its own pad holds >= epoch (system-scope acquire). A peer that is not there within
- * timeout_ns is recorded in *err (AGMM_WAIT_BARRIER) and the kernel exits. nranks <= 64. */
-cudaError_t agmm_launch_barrier(uint32_t *const *pads, int rank, int nranks, uint32_t epoch,
-                                uint64_t timeout_ns, agmm_dev_error *err, cudaStream_t stream);
+ * of rank p's pad is written only by rank q). Slot `rank` of this rank's own pad counts the
+ * barriers it has entered: the kernel adds one to it (its epoch e, the same on every rank because
+ * barriers are collective), writes e into slot `rank` of every peer's pad (system-scope release,
+ * after a system fence), then waits until every slot q != rank of its own pad holds >= e
+ * (system-scope acquire). A peer that is not there within timeout_ns is recorded in *err
+ * (AGMM_WAIT_BARRIER, with e) and the kernel exits. nranks <= 64. */
+cudaError_t agmm_launch_barrier(uint32_t *const *pads, int rank, int nranks, uint64_t timeout_ns,
+                                agmm_dev_error *err, cudaStream_t stream);
 
 /* Raises a flag: *flag = value with a system-scope release, after every earlier operation on the
  * stream (a copy, say) has completed; the fence before the store makes the copied bytes visible

@@ -1,5 +1,6 @@
 /* The GPU barrier on the signal pads (symm.h): one bounded kernel on the caller's stream
- * (src/kernels/signal.cu has its ordering). */
+ * (src/kernels/signal.cu has its ordering). Its epoch is counted on the device, in the rank's own
+ * slot of its own pad, so the barrier may be captured in a CUDA graph and replayed. */
 #ifdef AGMM_HAVE_CUDA
 #include "symm_impl.h"
 #include "../kernels/signal.h"
@@ -14,9 +15,8 @@ agmm_status agmm_symm_barrier_stream(agmm_ctx *ctx, void *stream)
         return AGMM_SUCCESS;
     agmm_symm_state *state = agmm_symm_state_of(ctx);
     const agmm_gpu_rank *g = agmm_ctx_gpu(ctx);
-    uint32_t epoch = ++state->barrier_epoch;
     AGMM_CUDA_TRY(st, agmm_ctx_err(ctx),
-                  agmm_launch_barrier((uint32_t *const *)state->pad->d_peer, ri->rank, ri->nranks, epoch, g->timeout_ns,
+                  agmm_launch_barrier((uint32_t *const *)state->pad->d_peer, ri->rank, ri->nranks, g->timeout_ns,
                                       g->err_dev, (cudaStream_t)stream));
 fail:
     return st;

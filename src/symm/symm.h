@@ -63,7 +63,8 @@ const char *agmm_symm_kind(const agmm_ctx *ctx);
 /* ---- barriers on the signal pad (barrier.c, barrier_gpu.c) ----
  * Pad layout: slot p of rank r's pad (uint32, p < AGMM_MAX_RANKS) is written only by rank p, with
  * the number of barriers p has entered (its barrier epoch, equal on all ranks because the calls are
- * collective). A barrier is passed when every slot of my pad has reached my epoch. */
+ * collective). A barrier is passed when every slot of my pad has reached my epoch. On GPUs my own
+ * slot of my own pad is where my barrier kernels count (on the device: graphs replay them). */
 
 /* The CPU world's barrier, on the calling thread. Collective. Writes this rank's epoch (release)
  * into every pad, then waits (acquire, bounded by the world's timeout) for every slot of its own:

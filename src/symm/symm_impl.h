@@ -34,7 +34,7 @@ typedef struct {
     const agmm_symm_impl *impl;
     void *nccl_dev;            /* ncclDevComm * (symm_lsa.cu) where impl == &agmm_symm_nccl */
     agmm_symm_buf *pad;        /* the signal pad: AGMM_MAX_RANKS uint32 slots per rank */
-    uint32_t barrier_epoch;    /* pad barriers this rank has entered */
+    uint32_t barrier_epoch;    /* host barriers this rank has entered (GPU barriers count on the device) */
     agmm_symm_buf **user;      /* the caller's buffers, in allocation order */
     int nuser, user_cap;
 } agmm_symm_state;

@@ -76,8 +76,16 @@ const agmm_gpu_rank *agmm_ctx_gpu(const agmm_ctx *ctx);
 agmm_status agmm_gpu_check_dev_error(agmm_ctx *ctx);
 
 /* Every backend's GPU run ends with this: records the point agmm_ctx_sync waits for where ranks
- * share a device (a device-wide sync there would also wait for peers' barriers that wait for us). */
+ * share a device (a device-wide sync there would also wait for peers' barriers that wait for us),
+ * and which the rank's next run is ordered after (agmm_gpu_order_run). While `stream` is being
+ * captured into a CUDA graph the record is a node of the graph: every replay records it. */
 agmm_status agmm_gpu_note_run(agmm_ctx *ctx, cudaStream_t stream);
+
+/* Orders a run about to be enqueued on `stream` after the rank's previous run, whatever stream
+ * that one was on: a rank's runs never overlap on the device (a plan's device state, its epochs
+ * and flags, assumes it). Nothing while `stream` is being captured: a graph cannot wait for work
+ * outside it, so a replay is ordered by the stream it is launched on (agmm.h). */
+agmm_status agmm_gpu_order_run(agmm_ctx *ctx, cudaStream_t stream);
 
 /* Rejects the legacy default stream where ranks share a device: it serialises their streams, so
  * a barrier would wait for a peer queued behind it. Use one non-blocking stream per rank there. */

@@ -474,8 +474,26 @@ agmm_status agmm_gpu_check_stream(agmm_ctx *ctx, cudaStream_t stream)
 agmm_status agmm_gpu_note_run(agmm_ctx *ctx, cudaStream_t stream)
 {
     agmm_status st = AGMM_SUCCESS;
-    AGMM_CUDA_TRY(st, &ctx->err, cudaEventRecord(ctx->gpu->last_run, stream));
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    AGMM_CUDA_TRY(st, &ctx->err, cudaStreamIsCapturing(stream, &cap));
+    /* A plain record in a capture would only join streams, and leave the event unusable by the
+     * waits and syncs outside the graph; an external one is a node that each replay records. */
+    AGMM_CUDA_TRY(st, &ctx->err,
+                  cudaEventRecordWithFlags(ctx->gpu->last_run, stream,
+                                           cap == cudaStreamCaptureStatusNone ? cudaEventRecordDefault
+                                                                              : cudaEventRecordExternal));
     ctx->gpu->last_run_recorded = 1;
+fail:
+    return st;
+}
+
+agmm_status agmm_gpu_order_run(agmm_ctx *ctx, cudaStream_t stream)
+{
+    agmm_status st = AGMM_SUCCESS;
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    AGMM_CUDA_TRY(st, &ctx->err, cudaStreamIsCapturing(stream, &cap));
+    if (cap == cudaStreamCaptureStatusNone && ctx->gpu->last_run_recorded)
+        AGMM_CUDA_TRY(st, &ctx->err, cudaStreamWaitEvent(stream, ctx->gpu->last_run, 0));
 fail:
     return st;
 }

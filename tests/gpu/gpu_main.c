@@ -1,8 +1,9 @@
 /* agmm-gputest: the GPU tests. Without a visible GPU it says so loudly and exits 0 with the
  * summary line, so CI machines without GPUs pass through. `agmm-gputest [filter]` runs the cases
- * whose name contains filter. */
+ * whose name contains filter; `agmm-gputest sanitize` the small subset for compute-sanitizer. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cuda_runtime_api.h>
 #include "world/gpu_headers.h"
@@ -40,9 +41,17 @@ static const agmm_test_case cases[] = {
     {"gemm_engine", gemm_engine},
     {"all_reduce_gpu", all_reduce_gpu},
     {"leaks", test_leaks_gpu},
+    {"graph_w1", test_graph_w1},
+    {"graph_emulated", test_graph_emulated},
+    {"steps_back_to_back", test_steps_back_to_back},
+    {"steps_two_streams", test_steps_two_streams},
     {"ag_matmul_perf_w1", test_ag_matmul_perf_w1},
     {"nccl_sync_timeout", test_nccl_sync_timeout}, /* last: it aborts a communicator */
 };
+
+/* `agmm-gputest sanitize` runs this alone: small shapes of every kernel and backend, for
+ * compute-sanitizer (bench/gpu_run.sh). It is no part of the full run, which covers it. */
+static const agmm_test_case sanitize_case[] = {{"sanitize", test_sanitize}};
 
 int main(int argc, char **argv)
 {
@@ -66,5 +75,7 @@ int main(int argc, char **argv)
            prop.name, prop.major, prop.minor, prop.multiProcessorCount, nccl, NCCL_VERSION_CODE,
            getenv("NCCL_NVLS_ENABLE") ? getenv("NCCL_NVLS_ENABLE") : "(unset: agmm sets 0)");
     fflush(stdout);
+    if (argc > 1 && strcmp(argv[1], "sanitize") == 0)
+        return agmm_test_main(sanitize_case, 1, NULL);
     return agmm_test_main(cases, (int)(sizeof cases / sizeof cases[0]), argc > 1 ? argv[1] : NULL);
 }

@@ -4,6 +4,7 @@
 
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <cuda_runtime_api.h>
 
@@ -37,7 +38,7 @@ void test_gemm_engine(void) __attribute__((weak));   /* tests/gpu/test_gemm_engi
 void test_all_reduce_gpu(void) __attribute__((weak)); /* tests/gpu/test_all_reduce.c */
 
 /* Helpers shared by the files above (test_world.c). */
-/* A world of `kind` with `nranks` ranks (timeout_s 0: the default); on failure a FAIL line. */
+/* A world of `kind` with `nranks` ranks (timeout_s 0: gpu_test_timeout()); on failure a FAIL line. */
 agmm_world *gpu_test_world(agmm_world_kind kind, int nranks, double timeout_s);
 /* Per-rank outcome of a test body run on every rank's thread: the main thread reports it. */
 typedef struct {
@@ -72,5 +73,83 @@ void gpu_report_ranks(const gpu_rank_results *res, int nranks, const char *what)
 
 /* Sleeps until *flag is set or max_s seconds have passed. */
 void gpu_wait_flag(atomic_int *flag, double max_s);
+/* The bound of every wait in the tests' worlds unless a test sets its own: AGMM_GPUTEST_TIMEOUT
+ * seconds if set (sanitizers slow kernels down by orders of magnitude), else 0 (the library's 5 s). */
+double gpu_test_timeout(void);
+
+/* ---- steps of one plan on one rank (steps.c), for test_graph.c and test_steps.c ---- */
+
+typedef struct {
+    agmm_op op;
+    const char *backend;
+    int64_t m, n, k;        /* ag_matmul, B column-major */
+    int splits;
+    int64_t count;          /* all_reduce: elements per rank */
+    agmm_dtype dtype;
+    int in_place;           /* all_reduce: the output is the input the run reads */
+} step_case;
+
+typedef enum {
+    STEP_STAGED = 0,        /* each step first copies its input into agmm_plan_input, on its stream */
+    STEP_SYMMETRIC          /* step j reads slot j of one agmm_symmetric_alloc buffer (io.input) */
+} step_input;
+
+typedef struct {
+    const step_case *sc;
+    agmm_ctx *ctx;
+    gpu_rank_results *res;  /* where failures go (gpu_rank_fail) */
+    int rank, nranks, slots;
+    step_input input;
+    agmm_plan *plan;
+    void *sym;              /* STEP_SYMMETRIC: the slots' inputs */
+    size_t in_bytes, in_stride, b_bytes, ag_bytes, out_bytes;
+    char *d_stage, *d_b, *d_ag, *d_out;  /* per slot, 256-byte strides */
+    char *h_in, *h_b, *h_ag, *h_out;     /* pinned mirrors */
+    int8_t *ref;            /* every rank's inputs of one slot, regenerated for checks */
+    uint64_t seed;          /* of the inputs in the buffers now */
+} step_rank;
+
+/* "ag_matmul/ce M=.. N=.. K=.. splits=.." or "all_reduce/one_shot n=.. bf16 in place". */
+const char *step_case_name(const step_case *sc, char *buf, size_t len);
+/* Plans (collective) and allocates `slots` step buffers; 0 after recording a failure in res. */
+int step_rank_init(step_rank *sr, agmm_ctx *ctx, const step_case *sc, int slots, step_input input,
+                   gpu_rank_results *res);
+/* Collective (destroys the plan). */
+void step_rank_fini(step_rank *sr);
+/* Fresh inputs for every slot from `seed`, uploaded, and the outputs poisoned, on `s` (async). */
+int step_fill(step_rank *sr, uint64_t seed, cudaStream_t s);
+/* Enqueues step `slot` on `s` (staged: its input copy, then the run). */
+agmm_status step_enqueue(step_rank *sr, int slot, cudaStream_t s);
+/* Every slot's outputs to the host (waits for `s`), then agmm_ctx_sync. */
+int step_download(step_rank *sr, cudaStream_t s);
+/* Slot `slot` exact on this rank; else 0 with the first difference, prefixed by `what`. */
+int step_check(step_rank *sr, int slot, const char *what);
+/* Whether every rank's ok is 1 (a host exchange): collective work goes on only if so. */
+int step_agree(step_rank *sr, int ok);
+/* The cases the step tests run (test_graph.c), each where the world offers its backend. */
+extern const step_case gpu_step_cases[];
+extern const int gpu_step_ncases;
+/* A world of nranks for the step tests: the GPU world (NCCL) for 1, else emulated. */
+agmm_world *gpu_step_world(int nranks);
+/* One PASS line for a job that agmm_world_run (status `run`) ran on every rank, or one FAIL: the
+ * world's failure, else the first rank's own (not one that only saw a peer fail). */
+void gpu_report_job(agmm_status run, const gpu_rank_results *res, int nranks, const char *what);
+
+/* test_graph.c: runs captured in CUDA graphs, 1 and 5 steps per graph, each graph replayed 100
+ * times with fresh inputs, every result checked; every GPU backend, W = 1 and emulated worlds. */
+void test_graph_w1(void);
+void test_graph_emulated(void);
+/* test_steps.c: 200 steps back to back with fresh inputs and one rank slowed at random by a
+ * device delay; one plan run on two streams alternately, with no ordering by the caller. */
+void test_steps_back_to_back(void);
+void test_steps_two_streams(void);
+/* A small subset of every kernel and backend for compute-sanitizer (bench/gpu_run.sh): graphs,
+ * steps and two streams on few steps, the GEMM engine's configs, the pad barrier and flags. */
+void test_sanitize(void);
+/* Pieces of it from the other files. */
+void test_gemm_engine_small(void);    /* test_gemm_engine.c: every config on a small shape */
+void test_world_small(void);          /* test_world.c: heap, peer reads, barriers at W = 2 */
+void graph_cases(int nranks, int nsteps, int replays);
+void steps_cases(int nranks, int nsteps, int two_streams);
 
 #endif

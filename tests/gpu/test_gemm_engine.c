@@ -207,17 +207,18 @@ static void test_hooks(pools *p, int64_t k, int max_ctas, int all_cases)
 {
     const int W = 4, rank = 1, splits = 2;
     const int64_t m = 1000, n = 264, rows = W * m;
-    const uint32_t epoch = 7;
-    const int nflags = W * splits;
+    const uint32_t epoch = 7;  /* the value the flags must reach (fused raises 1) */
+    const int nflags = W * splits; /* and one more word: the engine's count, zero between runs */
     uint16_t *h_gathered = malloc((size_t)(rows * k) * 2);
     void *d_gathered = NULL, *d_flags = NULL;
     agmm_dev_error *h_err = NULL, *d_err = NULL;
     uint32_t *h_flags_mapped = NULL, *d_flags_mapped = NULL;
     if (!h_gathered || !cuda_ok(cudaMalloc(&d_gathered, (size_t)(rows * k) * 2), "cudaMalloc gathered") ||
-        !cuda_ok(cudaMalloc(&d_flags, nflags * 4), "cudaMalloc flags") ||
+        !cuda_ok(cudaMalloc(&d_flags, (nflags + 1) * 4), "cudaMalloc flags") ||
         !cuda_ok(cudaHostAlloc((void **)&h_err, sizeof *h_err, cudaHostAllocMapped), "cudaHostAlloc err") ||
         !cuda_ok(cudaHostGetDevicePointer((void **)&d_err, h_err, 0), "err device pointer") ||
-        !cuda_ok(cudaHostAlloc((void **)&h_flags_mapped, nflags * 4, cudaHostAllocMapped), "cudaHostAlloc flags") ||
+        !cuda_ok(cudaHostAlloc((void **)&h_flags_mapped, (nflags + 1) * 4, cudaHostAllocMapped),
+                 "cudaHostAlloc flags") ||
         !cuda_ok(cudaHostGetDevicePointer((void **)&d_flags_mapped, h_flags_mapped, 0), "flags device pointer"))
         goto out;
 
@@ -257,23 +258,28 @@ static void test_hooks(pools *p, int64_t k, int max_ctas, int all_cases)
             agmm_check(0, "gemm_engine hooks plan: %s", err);
             goto out;
         }
-        uint32_t flags[16];
+        uint32_t flags[17] = {0}, after[17];
         for (int i = 0; i < nflags; i++)
-            flags[i] = epoch + (uint32_t)(i % 3); /* >= epoch: ready (some ahead, as after a later run) */
+            flags[i] = epoch + (uint32_t)(i % 3); /* >= epoch: ready (some ahead) */
         memset(h_err, 0, sizeof *h_err);
-        int ok = cuda_ok(cudaMemcpy(d_flags, flags, nflags * 4, cudaMemcpyHostToDevice), "flags") &&
+        int ok = cuda_ok(cudaMemcpy(d_flags, flags, (nflags + 1) * 4, cudaMemcpyHostToDevice), "flags") &&
                  poison(p->d_c, (size_t)(rows * n)) && agmm_gemm_run(plan, epoch, 0) == AGMM_SUCCESS &&
                  cuda_ok(cudaDeviceSynchronize(), "run") &&
-                 cuda_ok(cudaMemcpy(p->h_c, p->d_c, (size_t)(rows * n) * 2, cudaMemcpyDeviceToHost), "download");
+                 cuda_ok(cudaMemcpy(p->h_c, p->d_c, (size_t)(rows * n) * 2, cudaMemcpyDeviceToHost), "download") &&
+                 cuda_ok(cudaMemcpy(after, d_flags, (nflags + 1) * 4, cudaMemcpyDeviceToHost), "flags back");
+        int reset = 1;
+        for (int i = 0; ok && i <= nflags; i++)
+            reset &= after[i] == 0;
         int64_t nans = 0;
         double rel = ok ? check_c(p->h_a, p->h_b, d.b_layout, p->h_c, rows, n, k, rows, &nans) : NAN;
         const char *desc = agmm_gemm_plan_describe(plan);
         const int split_expected = k > 1000 && strstr(agmm_gemm_config_name(c), "/sk");
-        agmm_check(ok && nans == 0 && rel <= TOL && h_err->code == AGMM_DEV_OK &&
+        agmm_check(ok && nans == 0 && rel <= TOL && h_err->code == AGMM_DEV_OK && reset &&
                        (!split_expected || (strstr(desc, "split=") && !strstr(desc, "split=0x"))),
                    "gemm_engine hooks W=%d rank=%d m=%lld k=%lld splits=%d [%s]: local tiles from the shard, flags "
-                   "raised before launch: rel=%.2e nans=%lld err=%u",
-                   W, rank, (long long)m, (long long)k, splits, desc, rel, (long long)nans, h_err->code);
+                   "raised before launch: rel=%.2e nans=%lld err=%u, flags and count back to 0 after the run: %s",
+                   W, rank, (long long)m, (long long)k, splits, desc, rel, (long long)nans, h_err->code,
+                   reset ? "yes" : "NO");
         agmm_gemm_plan_destroy(plan);
     }
     if (!all_cases)
@@ -286,12 +292,12 @@ static void test_hooks(pools *p, int64_t k, int max_ctas, int all_cases)
         d.a_local = NULL;
         char err[256] = "";
         agmm_gemm_plan *plan = NULL;
-        uint32_t flags[16];
+        uint32_t flags[17] = {0};
         for (int i = 0; i < nflags; i++)
             flags[i] = epoch;
         memset(h_err, 0, sizeof *h_err);
         int ok = agmm_gemm_plan_create(&plan, &d, err, sizeof err) == AGMM_SUCCESS &&
-                 cuda_ok(cudaMemcpy(d_flags, flags, nflags * 4, cudaMemcpyHostToDevice), "flags") &&
+                 cuda_ok(cudaMemcpy(d_flags, flags, (nflags + 1) * 4, cudaMemcpyHostToDevice), "flags") &&
                  poison(p->d_c, (size_t)(rows * n)) && agmm_gemm_run(plan, epoch, 0) == AGMM_SUCCESS &&
                  cuda_ok(cudaDeviceSynchronize(), "run") &&
                  cuda_ok(cudaMemcpy(p->h_c, p->d_c, (size_t)(rows * n) * 2, cudaMemcpyDeviceToHost), "download");
@@ -310,12 +316,12 @@ static void test_hooks(pools *p, int64_t k, int max_ctas, int all_cases)
         d.a_local = d_shard;
         char err[256] = "";
         agmm_gemm_plan *plan = NULL;
-        uint32_t flags[16];
+        uint32_t flags[17] = {0};
         for (int i = 0; i < nflags; i++)
             flags[i] = i == 5 ? epoch - 1 : epoch;
         memset(h_err, 0, sizeof *h_err);
         int ok = agmm_gemm_plan_create(&plan, &d, err, sizeof err) == AGMM_SUCCESS &&
-                 cuda_ok(cudaMemcpy(d_flags, flags, nflags * 4, cudaMemcpyHostToDevice), "flags");
+                 cuda_ok(cudaMemcpy(d_flags, flags, (nflags + 1) * 4, cudaMemcpyHostToDevice), "flags");
         double t0 = now_s();
         ok = ok && agmm_gemm_run(plan, epoch, 0) == AGMM_SUCCESS && cuda_ok(cudaDeviceSynchronize(), "run");
         double dt = now_s() - t0;
@@ -335,8 +341,8 @@ static void test_hooks(pools *p, int64_t k, int max_ctas, int all_cases)
         agmm_gemm_plan *plan = NULL;
         d.chunk_flags = d_flags_mapped;
         d.timeout_ns = 5000ull * 1000 * 1000;
-        for (int i = 0; i < nflags; i++)
-            h_flags_mapped[i] = i == 6 ? epoch - 1 : epoch;
+        for (int i = 0; i <= nflags; i++)
+            h_flags_mapped[i] = i == nflags ? 0 : i == 6 ? epoch - 1 : epoch;
         memset(h_err, 0, sizeof *h_err);
         int ok = agmm_gemm_plan_create(&plan, &d, err, sizeof err) == AGMM_SUCCESS &&
                  poison(p->d_c, (size_t)(rows * n)) && agmm_gemm_run(plan, epoch, 0) == AGMM_SUCCESS;
@@ -386,6 +392,24 @@ static void test_bad_args(pools *p)
     d.b_layout = AGMM_LAYOUT_ROW_MAJOR;
     st = agmm_gemm_plan_create(&plan, &d, err, sizeof err);
     agmm_check(st == AGMM_ERR_UNSUPPORTED && plan == NULL, "gemm_engine rejects row-major B with N=100: \"%s\"", err);
+}
+
+/* For compute-sanitizer: every tile config (each one kernel) on one small shape with M, N and K
+ * tails, both B layouts. The fused path's waits and reset run in the sanitizer's fused cases. */
+void test_gemm_engine_small(void)
+{
+    int major = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+    if (major != 9) {
+        agmm_skip("gemm_engine: needs an sm_90 GPU (found sm_%d0)", major);
+        return;
+    }
+    pools p;
+    if (pools_init(&p, (size_t)300 * 136, (size_t)136 * 264, (size_t)300 * 264))
+        for (int c = 0; c < agmm_gemm_num_configs(); c++)
+            for (int lay = 0; lay < 2; lay++)
+                run_plain(&p, 300, 264, 136, (agmm_layout)lay, c, 1 << 20);
+    pools_free(&p);
 }
 
 void test_gemm_engine(void)

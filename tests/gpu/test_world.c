@@ -21,7 +21,8 @@
 
 agmm_world *gpu_test_world(agmm_world_kind kind, int nranks, double timeout_s)
 {
-    agmm_world_config cfg = {.kind = kind, .nranks = nranks, .timeout_s = timeout_s};
+    agmm_world_config cfg = {.kind = kind, .nranks = nranks,
+                             .timeout_s = timeout_s > 0 ? timeout_s : gpu_test_timeout()};
     agmm_world *w = NULL;
     char err[512] = "";
     agmm_status st = agmm_world_create(&w, &cfg, err, sizeof err);
@@ -30,6 +31,12 @@ agmm_world *gpu_test_world(agmm_world_kind kind, int nranks, double timeout_s)
         return NULL;
     }
     return w;
+}
+
+double gpu_test_timeout(void)
+{
+    const char *v = getenv("AGMM_GPUTEST_TIMEOUT");
+    return v ? atof(v) : 0;
 }
 
 int gpu_rank_fail(gpu_rank_results *res, int rank, const char *fmt, ...)
@@ -230,6 +237,35 @@ void test_world_emulated(void)
     agmm_status st = agmm_world_create(&w, &cfg, err, sizeof err);
     agmm_check(st == AGMM_ERR_INVALID_ARG && w == NULL && strstr(err, "nranks"),
                "emulated world without nranks is refused: %s", err);
+}
+
+/* For compute-sanitizer: the heap, peer reads and barrier rounds at W = 2 (the pad barrier and
+ * peek kernels), and a chunk flag raised and waited for by the single-thread signal kernels that
+ * stand in where the driver lacks stream memory operations. */
+void test_world_small(void)
+{
+    heap_world(AGMM_WORLD_EMULATED, 2, 0);
+    uint32_t *flag = NULL, got = 0;
+    agmm_dev_error *err_h = NULL, *err_d = NULL;
+    cudaStream_t s = NULL;
+    int ok = cudaMalloc((void **)&flag, 4) == cudaSuccess && cudaMemset(flag, 0, 4) == cudaSuccess &&
+             cudaHostAlloc((void **)&err_h, sizeof *err_h, cudaHostAllocMapped) == cudaSuccess &&
+             cudaHostGetDevicePointer((void **)&err_d, err_h, 0) == cudaSuccess &&
+             cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess;
+    if (ok) {
+        memset(err_h, 0, sizeof *err_h);
+        ok = agmm_launch_flag_raise(flag, 1, s) == cudaSuccess &&
+             agmm_launch_flag_wait(flag, 1, 1000000000ull, err_d, 0, 0, AGMM_WAIT_CHUNK, 0, s) == cudaSuccess &&
+             cudaMemcpyAsync(&got, flag, 4, cudaMemcpyDeviceToHost, s) == cudaSuccess &&
+             cudaStreamSynchronize(s) == cudaSuccess;
+    }
+    agmm_check(ok && got == 1 && err_h->code == AGMM_DEV_OK,
+               "signal kernels: a flag raised to 1 is read back and satisfies its wait (flag %u, error record %u)", got,
+               ok ? err_h->code : 0);
+    if (s)
+        cudaStreamDestroy(s);
+    cudaFree(flag);
+    cudaFreeHost(err_h);
 }
 
 typedef struct {
