@@ -37,6 +37,11 @@ void test_cpu_timeout_chunk(void);
 /* test_symmetric.c: caller-owned symmetric memory as a run's input. */
 void test_symmetric_input(void);
 
+/* test_pull.c: the pull backend's ready waits, closing barrier and timeouts. */
+void test_pull_late_ready(void);
+void test_pull_slow_reader(void);
+void test_pull_timeouts(void);
+
 /* Helpers of the CPU tests (test_cpu_backends.c). */
 /* A CPU world of nranks ranks (timeout_s 0: the default), or NULL after a FAIL line. */
 agmm_world *test_cpu_world(int nranks, double timeout_s);

@@ -23,6 +23,9 @@ static const agmm_test_case cases[] = {
     {"cpu/timeout/missing_rank", test_cpu_timeout_missing_rank},
     {"cpu/timeout/chunk", test_cpu_timeout_chunk},
     {"cpu/symmetric_input", test_symmetric_input},
+    {"cpu/pull/late_ready", test_pull_late_ready},
+    {"cpu/pull/slow_reader", test_pull_slow_reader},
+    {"cpu/pull/timeouts", test_pull_timeouts},
 };
 
 int main(int argc, char **argv)
