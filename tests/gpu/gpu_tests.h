@@ -14,7 +14,7 @@ void test_world_nccl_one(void);
 void test_world_emulated(void);
 void test_world_barrier_timeout(void);
 
-/* test_ag_matmul.c: the nccl and ce backends against the fp64 reference and each other. */
+/* test_ag_matmul.c: the ag_matmul backends against the fp64 reference and each other. */
 void test_ag_matmul_w1(void);
 void test_ag_matmul_ce_emulated(void);
 void test_ag_matmul_nccl_skipped(void);
@@ -24,6 +24,9 @@ void test_all_reduce_nccl_w1(void);
  * bound ends in a timeout naming it). */
 void test_fused_waits_for_late_chunk(void);
 void test_fused_chunk_timeout(void);
+/* test_pull.c: the pull backend's ready waits, closing barrier, io.input and timeout. */
+void test_pull_protocol_gpu(void);
+void test_pull_timeout_gpu(void);
 /* Timing at W = 1 of ce against nccl on the seed shapes; runs only with AGMM_GPUTEST_PERF=1. */
 void test_ag_matmul_perf_w1(void);
 
