@@ -42,6 +42,12 @@ void test_pull_late_ready(void);
 void test_pull_slow_reader(void);
 void test_pull_timeouts(void);
 
+/* test_tune.c: auto's cache file, measuring, agreement across ranks, the static rule. */
+void test_tune_cache_file(void);
+void test_tune_measured(void);
+void test_tune_agreement(void);
+void test_tune_off(void);
+
 /* Helpers of the CPU tests (test_cpu_backends.c). */
 /* A CPU world of nranks ranks (timeout_s 0: the default), or NULL after a FAIL line. */
 agmm_world *test_cpu_world(int nranks, double timeout_s);

@@ -26,6 +26,10 @@ static const agmm_test_case cases[] = {
     {"cpu/pull/late_ready", test_pull_late_ready},
     {"cpu/pull/slow_reader", test_pull_slow_reader},
     {"cpu/pull/timeouts", test_pull_timeouts},
+    {"tune/cache_file", test_tune_cache_file},
+    {"tune/measured", test_tune_measured},
+    {"tune/agreement", test_tune_agreement},
+    {"tune/off", test_tune_off},
 };
 
 int main(int argc, char **argv)

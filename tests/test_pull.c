@@ -9,6 +9,7 @@
  *   timeouts      a rank that never runs: the ready wait ends in AGMM_ERR_TIMEOUT naming it; a
  *                 rank that reads 1 s late: the closing barrier does, naming it
  * Every run has fresh small-integer inputs, so C and the gathered A compare exactly. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -33,6 +34,7 @@ typedef struct {
     int idle_rank;           /* plans but never runs (-1: none) */
     int late_ms, delay_ms;
     int poison_after;        /* every rank but slow_rank writes NaN over its shard after each run */
+    atomic_int rank0_done;   /* the idle rank destroys its plan (collective) only after rank 0 ran */
     uint16_t *a[RUNS], *b;   /* the shards of every rank, per run; B */
     uint16_t *ref[RUNS];     /* reference C per run, rounded to bf16 */
     agmm_status status[MAX_W];
@@ -78,6 +80,10 @@ static agmm_status pull_rank(agmm_ctx *ctx, void *arg)
     }
     j->status[rank] = st;
     snprintf(j->msg[rank], sizeof j->msg[rank], "%s", agmm_last_error(ctx));
+    if (rank == 0)
+        atomic_store(&j->rank0_done, 1);
+    while (rank == j->idle_rank && !atomic_load(&j->rank0_done))
+        sleep_ms(1);
     agmm_plan_destroy(plan);
     free(ag);
     free(c);

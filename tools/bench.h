@@ -43,6 +43,9 @@ typedef struct {
     double mean_us, median_us, min_us, max_us;
     double err;                  /* rel. Frobenius error of C or of the sum (max over ranks) */
     int exact_a;                 /* gathered A equal bit for bit on every rank */
+    /* The "auto" column: the backend auto chose, how, and what measuring cost (rank 0's). */
+    const char *chose, *how;
+    double tune_ms;
 } bench_cell;
 
 typedef struct {

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "api.h"
+#include "tune.h"
 
 agmm_status agmm_ctx_create(agmm_ctx **out, agmm_world *world, int rank)
 {
@@ -26,6 +27,7 @@ void agmm_ctx_destroy(agmm_ctx *ctx)
 {
     if (ctx == NULL)
         return;
+    agmm_tune_release(ctx);
     agmm_symm_detach(ctx);
     agmm_rank_destroy(ctx);
 }

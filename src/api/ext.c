@@ -5,6 +5,7 @@
 
 #include "agmm_ext.h"
 #include "api.h"
+#include "tune.h"
 #include "../cpu/cpu.h"
 #ifdef AGMM_HAVE_CUDA
 #include "../backends/gemm_lt.h"
@@ -139,4 +140,12 @@ agmm_status agmm_ext_check_all_reduce(const agmm_all_reduce_desc *desc, char *wh
         return st;
     }
     return check_backend(AGMM_OP_ALL_REDUCE, desc->backend, why, why_len);
+}
+
+void agmm_ext_auto_choice(const agmm_ctx *ctx, const char **how, double *tune_ms)
+{
+    const agmm_tune_result *r = agmm_tune_last(ctx);
+    static const char *const names[] = {"static", "cached", "cached", "measured"};
+    *how = r->choice ? names[r->how] : NULL;
+    *tune_ms = r->tune_ms;
 }

@@ -48,6 +48,7 @@ struct agmm_ctx {
     uint32_t host_seq;         /* host collectives this rank has entered */
     struct agmm_gpu_rank *gpu; /* NULL in the CPU world */
     void *symm;                /* the symmetric-memory layer's per-rank state */
+    void *api;                 /* the API layer's per-rank state */
 };
 
 /* The host collectives of ranks that are threads of one process (host_threads.c). */
