@@ -233,7 +233,7 @@ static int run_choose(choose_job *j, int W)
 static int measured_alike(const choose_job *j, int W, int i, int ncand, char *what, size_t len)
 {
     const agmm_tune_result *r0 = &j->last[0][i];
-    int best = -1, ok = r0->how == AGMM_TUNE_MEASURED && r0->ncand == ncand && r0->runs >= 1 && r0->runs <= 10;
+    int best = -1, ok = r0->how == AGMM_TUNE_MEASURED && r0->ncand == ncand && r0->runs >= 1 && r0->runs <= 20;
     for (int c = 0; c < r0->ncand; c++) {
         ok &= r0->cand_us[c] >= 0;
         if (best < 0 || r0->cand_us[c] < r0->cand_us[best])

@@ -34,7 +34,7 @@
 #include "../world/rank_gpu.h"
 #endif
 
-#define RUNS_MAX 10
+#define RUNS_MAX 20
 #define BUDGET_MS 100.0
 #define KEY_BYTES 512
 /* What candidates' inputs hold while measuring: bytes of 0x3c, bf16 0x3c3c ~ 0.0115 (fp32 ~
@@ -51,7 +51,7 @@ typedef struct {
 typedef struct {
     memo *memos;
     int nmemos, cap;
-    char device[128];          /* the device's name, once asked */
+    char device[256];          /* the device's name, once asked */
     int nccl_version;
     agmm_tune_result last;
     char delay_backend[32];    /* test hook (agmm_tune_set_test_delay) */
@@ -179,8 +179,10 @@ typedef struct {
     agmm_op op;
     const void *desc;
     int gpu;
-    void *stream;               /* cudaStream_t; NULL in the CPU world */
-    void *events[2 * RUNS_MAX]; /* cudaEvent_t: start and stop of each timed run */
+    void *stream;               /* the runs' cudaStream_t; NULL in the CPU world */
+#ifdef AGMM_HAVE_CUDA
+    cudaEvent_t events[2 * RUNS_MAX]; /* start and stop of each timed run */
+#endif
     void *flush;
     size_t flush_bytes;
     void *buf[3];               /* ag_matmul: B, the gathered A, C; all_reduce: out */
@@ -236,7 +238,7 @@ static void session_close(session *se)
             if (se->events[i])
                 cudaEventDestroy(se->events[i]);
         if (se->stream)
-            cudaStreamDestroy(se->stream);
+            cudaStreamDestroy((cudaStream_t)se->stream);
         cudaGetLastError();
     }
 #endif
@@ -268,9 +270,11 @@ static agmm_status session_open(session *se)
     }
 #ifdef AGMM_HAVE_CUDA
     int l2 = 0;
-    AGMM_CUDA_TRY(st, err, cudaStreamCreateWithFlags((cudaStream_t *)&se->stream, cudaStreamNonBlocking));
+    cudaStream_t s = NULL;
+    AGMM_CUDA_TRY(st, err, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    se->stream = s;
     for (int i = 0; i < 2 * RUNS_MAX; i++)
-        AGMM_CUDA_TRY(st, err, cudaEventCreate((cudaEvent_t *)&se->events[i]));
+        AGMM_CUDA_TRY(st, err, cudaEventCreate(&se->events[i]));
     /* Twice the L2: what a flush must overwrite so that no run finds its operands cached. */
     AGMM_CUDA_TRY(st, err, cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, ri->device));
     se->flush_bytes = 2 * (size_t)l2;

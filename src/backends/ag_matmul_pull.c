@@ -42,11 +42,13 @@
 extern const agmm_backend agmm_backend_ag_matmul_pull;
 
 /* The plan's signal words on every rank: the ready flag, then (GPUs) one done slot per rank
- * (gemm_engine.h, AGMM_PULL_READY and AGMM_PULL_DONE). The CPU world uses the ready flag only. */
+ * (gemm_engine.h, AGMM_PULL_READY and AGMM_PULL_DONE). The CPU world uses the ready flag only.
+ * None with one rank, which waits for nobody. */
 #define READY_WORD 0
 static agmm_status signals_alloc(agmm_plan *plan, agmm_symm_buf **out)
 {
-    return agmm_symm_alloc(plan->ctx, (size_t)(1 + agmm_ctx_info(plan->ctx)->nranks) * sizeof(uint32_t), out);
+    const int nranks = agmm_ctx_info(plan->ctx)->nranks;
+    return nranks > 1 ? agmm_symm_alloc(plan->ctx, (size_t)(1 + nranks) * sizeof(uint32_t), out) : AGMM_SUCCESS;
 }
 
 /* ---- CPU world ---- */
@@ -139,7 +141,8 @@ static agmm_status cpu_run(agmm_plan *plan, const void *io, void *stream)
     agmm_cpu_gemm_ws_forget_b(&x->ws); /* B may hold new values since the last run */
     /* Entry: the caller wrote the shard on this thread before the call; the release publishes it
      * to every peer that acquires the flag. */
-    agmm_cpu_flag_raise((uint32_t *)x->signals->local + READY_WORD, plan->epoch);
+    if (x->signals)
+        agmm_cpu_flag_raise((uint32_t *)x->signals->local + READY_WORD, plan->epoch);
     if (x->delay_us > 0) {
         struct timespec nap = {(time_t)(x->delay_us / 1000000), (long)(x->delay_us % 1000000) * 1000};
         nanosleep(&nap, NULL);
@@ -147,8 +150,7 @@ static agmm_status cpu_run(agmm_plan *plan, const void *io, void *stream)
     agmm_status st = cpu_compute(plan, x, io);
     if (st != AGMM_SUCCESS)
         return st;
-    return agmm_ctx_info(plan->ctx)->nranks > 1 ? agmm_symm_barrier_host(plan->ctx, WHAT " closing barrier")
-                                                 : AGMM_SUCCESS;
+    return x->signals ? agmm_symm_barrier_host(plan->ctx, WHAT " closing barrier") : AGMM_SUCCESS;
 }
 
 static const agmm_backend_impl pull_cpu_impl = {
@@ -238,7 +240,7 @@ static agmm_status gpu_create(agmm_plan *plan)
         .dev_error = g->err_dev,
         .timeout_ns = g->timeout_ns,
         .pull = 1,
-        .signals = ri->nranks > 1 ? (uint32_t *const *)x->signals->d_peer : NULL,
+        .signals = x->signals ? (uint32_t *const *)x->signals->d_peer : NULL,
         .max_ctas = gemm_ctas(ctx),
         .config = -1,
     };
@@ -289,7 +291,7 @@ static agmm_status gpu_run(agmm_plan *plan, const void *vio, void *stream)
     if (st != AGMM_SUCCESS)
         return AGMM_FAIL(err, st, "rank %d: GEMM engine operands: %s", agmm_ctx_info(ctx)->rank, why);
     AGMM_TRY(st, set_peers(plan, x, s));
-    if (agmm_ctx_info(ctx)->nranks > 1)
+    if (x->signals)
         AGMM_TRY(st, raise_ready(plan, x, s));
     if (x->delay_ns > 0)
         AGMM_CUDA_TRY(st, err, agmm_launch_delay(x->delay_ns, s));
