@@ -27,6 +27,8 @@ void test_fused_chunk_timeout(void);
 /* test_pull.c: the pull backend's ready waits, closing barrier, io.input and timeout. */
 void test_pull_protocol_gpu(void);
 void test_pull_timeout_gpu(void);
+/* test_auto.c: auto measures, agrees across ranks, caches; AGMM_TUNE=0 takes the static rule. */
+void test_auto_gpu(void);
 /* Timing at W = 1 of ce against nccl on the seed shapes; runs only with AGMM_GPUTEST_PERF=1. */
 void test_ag_matmul_perf_w1(void);
 
