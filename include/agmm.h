@@ -39,6 +39,8 @@
  *   CUDA_MODULE_LOADING=EAGER   emulated worlds only, before CUDA starts: a kernel loaded lazily
  *                               waits for the whole context, where a peer may be spinning.
  * A program that starts CUDA before creating a world must set the last two itself.
+ * Environment the library reads: AGMM_LOG (above); AGMM_TUNE and AGMM_TUNE_CACHE (how `auto`
+ * chooses a backend and where it caches the choice: docs/auto.md); on rank 0 only.
  * Plain C11; usable from C++. */
 #ifndef AGMM_H
 #define AGMM_H
@@ -237,7 +239,11 @@ typedef struct {
 
 /* Plans an operation on one rank. Collective (it allocates symmetric memory; every rank passes
  * the same descriptor). The descriptor is copied; the backend string need not outlive the call.
- * The plan owns its symmetric input buffer (agmm_plan_input). Statuses: AGMM_ERR_INVALID_ARG
+ * The plan owns its symmetric input buffer (agmm_plan_input). With backend NULL or "auto" the
+ * library chooses, every rank alike, and on GPUs it measures by default: this call then plans
+ * and runs every backend that can run here, a few times each, on its own stream and buffers
+ * (tens of milliseconds to a few hundred for a new shape; nothing for a shape whose choice is
+ * cached); agmm_plan_backend says what it chose (docs/auto.md). Statuses: AGMM_ERR_INVALID_ARG
  * (a shape or backend, named in agmm_last_error), AGMM_ERR_UNSUPPORTED (a backend this world
  * cannot run: "skipped: ..."), AGMM_ERR_NO_MEMORY, CUDA/NCCL/cuBLAS errors, AGMM_ERR_TIMEOUT. */
 agmm_status agmm_plan_ag_matmul(agmm_plan **plan, agmm_ctx *ctx, const agmm_ag_matmul_desc *desc);

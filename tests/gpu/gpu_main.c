@@ -33,6 +33,7 @@ static const agmm_test_case cases[] = {
     {"ag_matmul_w1", test_ag_matmul_w1},
     {"ag_matmul_ce_emulated", test_ag_matmul_ce_emulated},
     {"ag_matmul_nccl_skipped", test_ag_matmul_nccl_skipped},
+    {"ag_matmul_gpu_world", test_ag_matmul_gpu_world},
     {"ag_matmul_ce_timeout", test_ag_matmul_ce_timeout},
     {"ag_matmul_fused_late_chunk", test_fused_waits_for_late_chunk},
     {"ag_matmul_fused_chunk_timeout", test_fused_chunk_timeout},

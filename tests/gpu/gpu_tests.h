@@ -18,6 +18,7 @@ void test_world_barrier_timeout(void);
 void test_ag_matmul_w1(void);
 void test_ag_matmul_ce_emulated(void);
 void test_ag_matmul_nccl_skipped(void);
+void test_ag_matmul_gpu_world(void);
 void test_ag_matmul_ce_timeout(void);
 void test_all_reduce_nccl_w1(void);
 /* test_fused.c: the fused backend's per-chunk waits (a late chunk is waited for; a chunk past the

@@ -309,6 +309,35 @@ void test_ag_matmul_ce_emulated(void)
     }
 }
 
+/* Every visible GPU as one rank each (NCCL windows, NVLink peer memory): skipped loudly below 2. */
+void test_ag_matmul_gpu_world(void)
+{
+    static const mm_shape shapes[] = {
+        {256, 256, 256, AGMM_LAYOUT_COL_MAJOR, 1}, {67, 129, 64, AGMM_LAYOUT_COL_MAJOR, 3},
+        {255, 383, 136, AGMM_LAYOUT_COL_MAJOR, 2}, {130, 96, 264, AGMM_LAYOUT_ROW_MAJOR, 2},
+    };
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 2) {
+        agmm_skip("ag_matmul GPU world: %d GPU(s) visible, this case needs 2 or more", ndev);
+        return;
+    }
+    agmm_world *w = gpu_test_world(AGMM_WORLD_GPU, ndev, 0);
+    if (w == NULL)
+        return;
+    static const char *const backends[] = {"nccl", "ce", "fused", "pull"};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        mm_inputs in;
+        if (!inputs_make(&in, ndev, &shapes[i], 3000 + i)) {
+            agmm_check(0, "ag_matmul GPU world: out of host memory");
+            continue;
+        }
+        for (int b = 0; b < 4; b++)
+            mm_case(w, backends[b], &shapes[i], &in, 0);
+        inputs_free(&in);
+    }
+    agmm_world_destroy(w);
+}
+
 typedef struct {
     gpu_rank_results res;
 } skip_args;
