@@ -34,7 +34,8 @@ typedef struct {
     int idle_rank;           /* plans but never runs (-1: none) */
     int late_ms, delay_ms;
     int poison_after;        /* every rank but slow_rank writes NaN over its shard after each run */
-    atomic_int rank0_done;   /* the idle rank destroys its plan (collective) only after rank 0 ran */
+    atomic_int finished;     /* ranks done running: plans are destroyed (collective, freeing what
+                              * peers read) only once every rank is, even after a timeout */
     uint16_t *a[RUNS], *b;   /* the shards of every rank, per run; B */
     uint16_t *ref[RUNS];     /* reference C per run, rounded to bf16 */
     agmm_status status[MAX_W];
@@ -80,9 +81,8 @@ static agmm_status pull_rank(agmm_ctx *ctx, void *arg)
     }
     j->status[rank] = st;
     snprintf(j->msg[rank], sizeof j->msg[rank], "%s", agmm_last_error(ctx));
-    if (rank == 0)
-        atomic_store(&j->rank0_done, 1);
-    while (rank == j->idle_rank && !atomic_load(&j->rank0_done))
+    atomic_fetch_add(&j->finished, 1);
+    for (int waited = 0; atomic_load(&j->finished) < W && waited < 20000; waited++)
         sleep_ms(1);
     agmm_plan_destroy(plan);
     free(ag);
