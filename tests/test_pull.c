@@ -132,18 +132,25 @@ static pull_job job_init(void)
     return (pull_job){.late_rank = -1, .slow_rank = -1, .idle_rank = -1};
 }
 
+/* One line per rank: right in every run, and the others' run `run` lasted >= 25 ms (they waited
+ * for rank `who`, which is 30 ms late). */
+static void report(const pull_job *j, int who, int run, const char *what)
+{
+    for (int r = 0; r < j->nranks; r++)
+        agmm_check(j->status[r] == AGMM_SUCCESS && j->bad[r] == 0 && (r == who || j->run_ms[r][run] >= 25.0),
+                   "ag_matmul/pull W=%d M=%d N=%d K=%d rank %d: %s: C and gathered A exact in %d runs (bad %d), run %d "
+                   "took %.1f ms (>= 25 on the others)%s%s",
+                   j->nranks, M, N, K, r, what, RUNS, j->bad[r], run, j->run_ms[r][run], j->status[r] ? ": " : "",
+                   j->status[r] ? j->msg[r] : "");
+}
+
 void test_pull_late_ready(void)
 {
     pull_job j = job_init();
     j.late_rank = 1;
     j.late_ms = 30;
     if (run_job(&j, 3, 0, 71))
-        for (int r = 0; r < 3; r++)
-            agmm_check(j.status[r] == AGMM_SUCCESS && j.bad[r] == 0 && (r == 1 || j.run_ms[r][1] >= 25.0),
-                       "ag_matmul/pull W=3 M=%d N=%d K=%d rank %d: rank 1 writes its shard 30 ms late: C and gathered A "
-                       "exact in %d runs (bad %d), run 1 took %.1f ms (>= 25 on the others: they waited for its ready "
-                       "flag)%s%s",
-                       M, N, K, r, RUNS, j.bad[r], j.run_ms[r][1], j.status[r] ? ": " : "", j.status[r] ? j.msg[r] : "");
+        report(&j, 1, 1, "rank 1 writes its shard 30 ms late; the others wait for its ready flag");
     job_free(&j);
 }
 
@@ -154,12 +161,8 @@ void test_pull_slow_reader(void)
     j.delay_ms = 30;
     j.poison_after = 1;
     if (run_job(&j, 3, 0, 72))
-        for (int r = 0; r < 3; r++)
-            agmm_check(j.status[r] == AGMM_SUCCESS && j.bad[r] == 0 && (r == 2 || j.run_ms[r][0] >= 25.0),
-                       "ag_matmul/pull W=3 rank %d: rank 2 reads 30 ms late, the others write NaN over their shards as "
-                       "soon as a run returns: C and gathered A exact in %d runs (bad %d), run took %.1f ms (>= 25 on the "
-                       "others: the closing barrier held them)%s%s",
-                       r, RUNS, j.bad[r], j.run_ms[r][0], j.status[r] ? ": " : "", j.status[r] ? j.msg[r] : "");
+        report(&j, 2, 0, "rank 2 reads 30 ms late, the others write NaN over their shards as soon as a run returns; "
+                         "the closing barrier holds them");
     job_free(&j);
 }
 
