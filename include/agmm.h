@@ -46,6 +46,8 @@
  *   CUDA_MODULE_LOADING=EAGER   emulated worlds only, before CUDA starts: a kernel loaded lazily
  *                               waits for the whole context, where a peer may be spinning.
  * A program that starts CUDA before creating a world must set the last two itself.
+ * Environment the library reads: AGMM_LOG (above); AGMM_TUNE and AGMM_TUNE_CACHE (how `auto`
+ * chooses a backend and where it caches the choice: docs/auto.md); on rank 0 only.
  * Plain C11; usable from C++. */
 #ifndef AGMM_H
 #define AGMM_H
@@ -265,7 +267,11 @@ typedef struct {
 
 /* Plans an operation on one rank. Collective (it allocates symmetric memory; every rank passes
  * the same descriptor). The descriptor is copied; the backend string need not outlive the call.
- * The plan owns its symmetric input buffer (agmm_plan_input). Before anything is allocated the
+ * The plan owns its symmetric input buffer (agmm_plan_input). With backend NULL or "auto" the
+ * library chooses, every rank alike, and on GPUs it measures by default: this call then plans
+ * and runs every backend that can run here, a few times each, on its own stream and buffers
+ * (tens of milliseconds to a few hundred for a new shape; nothing for a shape whose choice is
+ * cached); agmm_plan_backend says what it chose (docs/auto.md). Before anything is allocated the
  * ranks compare their descriptors (with the backend each resolved) and memory verdicts: ranks
  * that disagree, or one short of memory, fail the same way on every rank. Statuses:
  * AGMM_ERR_INVALID_ARG (a shape or backend, named in agmm_last_error; or ranks that disagree,

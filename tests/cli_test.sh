@@ -114,13 +114,23 @@ check "CPU ag_matmul run exits 0 (got $rc; $(tail -c 200 "$tmp/err"))" $rc
 grep -q "running on the CPU" "$tmp/out"; check "CPU run prints the CPU banner" $?
 grep -q "Best Backend" "$tmp/out"; check "CPU run prints the seed table header" $?
 grep -q "(64, 72, 32)" "$tmp/out"; check "CPU run prints every shape" $?
-[ "$(grep -c '^ag_matmul,cpu,3,' "$tmp/r.csv")" -eq 6 ]; check "CSV has one line per shape and backend (6)" $?
+nb=$("$bench" --list-backends | grep -c '^| ag_matmul |')
+[ "$(grep -c '^ag_matmul,cpu,3,' "$tmp/r.csv")" -eq $((2 * nb)) ]; check "CSV has one line per shape and backend ($((2 * nb)))" $?
 grep -q '"rows": \[' "$tmp/r.json"; check "JSON written" $?
 # Every ok cell's TFLOP/s is a positive number, however small (column 14).
 awk -F, 'NR > 1 && $9 == "ok" && !($14 > 0) { bad = 1 } END { exit bad }' "$tmp/r.csv"
 check "CSV TFLOP/s of ok cells are positive" $?
 python3 -c "import json, sys; json.load(open(sys.argv[1]))" "$tmp/r.json" 2>/dev/null
 check "JSON parses" $?
+
+# The auto column shows the backend auto chose next to its time (the static rule in the CPU world:
+# ce), the CSV says which and how (columns 25, 26), and auto is never the Best Backend (column 23).
+"$bench" --world cpu --ranks 2 --shape 40,24,16 --backends ce,auto --warmup 0 --iters 1 \
+    --csv "$tmp/auto.csv" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ $rc -eq 0 ] && grep -qE '^\(40, 24, 16\) +bf16 +[0-9.]+ +[0-9.]+ \(ce\)  ce$' "$tmp/out" &&
+    awk -F, '$8 == "auto" { n++; if ($27 != "ce" || $28 != "static" || $23 != 0) bad = 1 } END { exit bad || n != 1 }' "$tmp/auto.csv"
+check "auto column: 'time (ce)' in the table, chose=ce how=static in the CSV, never best (got $rc)" $?
 
 # A cell that could not run has no error figure (column 21), not a 0 that reads as exact.
 "$bench" --world cpu --op all_reduce --ranks 2 --sizes 2^40,8 --backends one_shot --warmup 0 --iters 1 \

@@ -74,6 +74,16 @@ void test_plan_agreement(void);
 #ifndef TEST_SANITIZED
 #define TEST_SANITIZED 0
 #endif
+/* test_pull.c: the pull backend's ready waits, closing barrier and timeouts. */
+void test_pull_late_ready(void);
+void test_pull_slow_reader(void);
+void test_pull_timeouts(void);
+
+/* test_tune.c: auto's cache file, measuring, agreement across ranks, the static rule. */
+void test_tune_cache_file(void);
+void test_tune_measured(void);
+void test_tune_agreement(void);
+void test_tune_off(void);
 
 /* Helpers of the CPU tests (test_cpu_backends.c). */
 /* A CPU world of nranks ranks (timeout_s 0: the default), or NULL after a FAIL line. */

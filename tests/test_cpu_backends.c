@@ -329,6 +329,9 @@ void test_cpu_ag_matmul_exact(void)
         {5, 1, 1, 8, 1, AGMM_LAYOUT_COL_MAJOR, 1},    {5, 130, 72, 64, 3, AGMM_LAYOUT_ROW_MAJOR, 1},
         {8, 17, 33, 40, 2, AGMM_LAYOUT_COL_MAJOR, 1}, {8, 64, 64, 64, 1, AGMM_LAYOUT_ROW_MAJOR, 1},
         {2, 100, 130, 48, 3, AGMM_LAYOUT_COL_MAJOR, 1},
+        /* With those above, every W from 1 to 8: odd M and N, K an odd multiple of 8. */
+        {4, 45, 77, 56, 4, AGMM_LAYOUT_COL_MAJOR, 1}, {6, 21, 19, 40, 5, AGMM_LAYOUT_COL_MAJOR, 1},
+        {7, 13, 40, 24, 2, AGMM_LAYOUT_ROW_MAJOR, 1},
     };
     for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
         run_mm_case(&fixed[i], 1000 + i);
@@ -571,9 +574,9 @@ void test_cpu_auto_backend(void)
     char mm_list[128], ar_list[128];
     cpu_list(world, AGMM_OP_AG_MATMUL, mm_list, sizeof mm_list);
     cpu_list(world, AGMM_OP_ALL_REDUCE, ar_list, sizeof ar_list);
-    agmm_check(strcmp(mm_list, "nccl ce fused") == 0 && strcmp(ar_list, "nccl one_shot two_shot") == 0 &&
+    agmm_check(strcmp(mm_list, "nccl ce fused pull") == 0 && strcmp(ar_list, "nccl one_shot two_shot") == 0 &&
                    !agmm_backend_available(world, AGMM_OP_ALL_REDUCE, "nccl_plain", NULL, 0),
-               "CPU world runs ag_matmul \"%s\" (want \"nccl ce fused\") and all_reduce \"%s\" (want \"nccl "
+               "CPU world runs ag_matmul \"%s\" (want \"nccl ce fused pull\") and all_reduce \"%s\" (want \"nccl "
                "one_shot two_shot\"): the backends tested above; nccl_plain not available",
                mm_list, ar_list);
     agmm_world_destroy(world);

@@ -37,6 +37,13 @@ static const agmm_test_case cases[] = {
     {"steps/back_to_back", test_steps_back_to_back},
     {"leaks/plan_cycles", test_leaks_plan_cycles},
     {"leaks/world_cycles", test_leaks_world_cycles},
+    {"cpu/pull/late_ready", test_pull_late_ready},
+    {"cpu/pull/slow_reader", test_pull_slow_reader},
+    {"cpu/pull/timeouts", test_pull_timeouts},
+    {"tune/cache_file", test_tune_cache_file},
+    {"tune/measured", test_tune_measured},
+    {"tune/agreement", test_tune_agreement},
+    {"tune/off", test_tune_off},
 };
 
 int main(int argc, char **argv)

@@ -235,15 +235,17 @@ void test_plan_agreement(void)
     const agmm_all_reduce_desc ar = {.n = 100, .dtype = AGMM_DTYPE_F32, .backend = "one_shot"};
     agree_job cases[] = {
         {.what = "rank 1 has M=32, the others M=16", .mm = {mm, mm, mm},
-         .needle = "rank 0 has ag_matmul/ce M=16 N=24 K=32 b_layout=col splits=1, rank 1 has ag_matmul/ce M=32"},
+         .needle = "rank 0 ag_matmul/ce M=16 N=24 K=32 b_layout=col splits=1, rank 1 ag_matmul/ce M=32"},
         {.what = "rank 0 names ce, the others fused", .mm = {mm, mm, mm},
-         .needle = "rank 1 has ag_matmul/fused M=16 N=24 K=32 b_layout=col splits=1 (ranks 1 and 2 differ"},
+         .needle = "rank 1 ag_matmul/fused M=16 N=24 K=32 b_layout=col splits=1 (ranks 1 and 2 differ"},
         {.what = "rank 2 has a row-major B", .mm = {mm, mm, mm}, .needle = "b_layout=row splits=1 (rank 2 differs"},
-        {.what = "rank 1 has splits=2", .mm = {mm, mm, mm}, .needle = "rank 1 has ag_matmul/ce M=16 N=24 K=32 b_layout=col splits=2"},
+        {.what = "rank 1 has splits=2", .mm = {mm, mm, mm}, .needle = "rank 1 ag_matmul/ce M=16 N=24 K=32 b_layout=col splits=2"},
         {.what = "rank 2 has bf16, the others fp32", .all_reduce = 1, .ar = {ar, ar, ar},
-         .needle = "rank 2 has all_reduce/one_shot n=100 dtype=bf16"},
-        {.what = "rank 1 has two_shot", .all_reduce = 1, .ar = {ar, ar, ar}, .needle = "rank 1 has all_reduce/two_shot"},
-        {.what = "rank 1 names auto, which resolves to the others' ce", .mm = {mm, mm, mm}, .needle = NULL},
+         .needle = "rank 2 all_reduce/one_shot n=100 dtype=bf16"},
+        {.what = "rank 1 has two_shot", .all_reduce = 1, .ar = {ar, ar, ar}, .needle = "rank 1 all_reduce/two_shot"},
+        {.what = "rank 1 names auto, the others ce", .mm = {mm, mm, mm},
+         .needle = "rank 1 ag_matmul/auto M=16 N=24 K=32 b_layout=col splits=1 (rank 1 differs"},
+        {.what = "rank 2 has K=7 (invalid)", .mm = {mm, mm, mm}, .needle = "rank 2: K=7 is not a multiple of 8"},
     };
     cases[0].mm[1].m = 32;
     cases[1].mm[1].backend = cases[1].mm[2].backend = "fused";
@@ -252,6 +254,7 @@ void test_plan_agreement(void)
     cases[4].ar[2].dtype = AGMM_DTYPE_BF16;
     cases[5].ar[1].backend = "two_shot";
     cases[6].mm[1].backend = "auto";
+    cases[7].mm[2].k = 7;
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         agree_job *job = &cases[i];
         agmm_world *world = test_cpu_world(AG_W, 0.5);

@@ -46,6 +46,9 @@ typedef struct {
     double graph_mean_us, graph_median_us;  /* --graph: replays of one captured run; 0: none */
     double err;                  /* rel. Frobenius error of C or of the sum (max over ranks) */
     int exact_a;                 /* gathered A equal bit for bit on every rank */
+    /* The "auto" column: the backend auto chose, how, and what measuring cost (rank 0's). */
+    const char *chose, *how;
+    double tune_ms;
 } bench_cell;
 
 typedef struct {

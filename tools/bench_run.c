@@ -132,6 +132,16 @@ static void record_check(cell_job *j, double err, int exact)
 
 static const char *why(cell_job *j, const char *fallback);
 
+/* The auto column's plan: what it chose (rank 0's record; every rank chose alike). */
+static void note_auto(cell_job *j, const agmm_plan *plan)
+{
+    bench_cell *cell = &j->res->rows[j->row].cell[j->bi];
+    if (j->rank == 0 && strcmp(j->res->backends[j->bi], "auto") == 0) {
+        cell->chose = agmm_plan_backend(plan);
+        agmm_ext_auto_choice(j->ctx, &cell->how, &cell->tune_ms);
+    }
+}
+
 /* One run of the cell's plan, whatever its operation. */
 static agmm_status run_once(cell_job *j, agmm_plan *plan, const void *io)
 {
@@ -307,6 +317,7 @@ static void run_ag_matmul(cell_job *j)
     if (!ok)
         cell_fail(j, st == AGMM_ERR_UNSUPPORTED ? CELL_SKIPPED : CELL_ERROR, why(j, agmm_status_str(st)));
     if (ok) {
+        note_auto(j, plan);
         ha = malloc((size_t)(m * k) * 2);
         hb = malloc((size_t)(k * n) * 2);
         hag = malloc((size_t)(rows * k) * 2);
@@ -385,6 +396,7 @@ static void run_all_reduce(cell_job *j)
     if (!ok)
         cell_fail(j, st == AGMM_ERR_UNSUPPORTED ? CELL_SKIPPED : CELL_ERROR, why(j, agmm_status_str(st)));
     if (ok) {
+        note_auto(j, plan);
         hin = malloc((size_t)n * esz);
         hout = malloc((size_t)n * esz);
         acc = calloc((size_t)n, sizeof *acc);

@@ -1,5 +1,7 @@
 /* agmm-bench output: the seed's table (one time column per backend and the best backend), the
- * extra figures per backend, and every figure as CSV or JSON. */
+ * extra figures per backend, and every figure as CSV or JSON. An "auto" column shows, next to
+ * its time, the backend auto chose (and the rows below, how and at what cost); it is not a
+ * backend of its own, so it is never the Best Backend. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -26,12 +28,17 @@ static const char *state_name(cell_state s)
 
 static int timed(const bench_results *r, const bench_cell *c) { return c->state == CELL_OK && !r->opt.check_only; }
 
+static int is_auto(const bench_results *r, int b) { return strcmp(r->backends[b], "auto") == 0; }
+
+/* The seed table's column of backend b: auto's holds "time (choice)". */
+static int col_width(const bench_results *r, int b) { return is_auto(r, b) ? 22 : 12; }
+
 int report_best(const bench_results *r, const bench_row *row)
 {
     int best = -1;
     for (int b = 0; b < r->nbackends; b++) {
         const bench_cell *c = &row->cell[b];
-        if (timed(r, c) && (best < 0 || c->mean_us < row->cell[best].mean_us))
+        if (timed(r, c) && !is_auto(r, b) && (best < 0 || c->mean_us < row->cell[best].mean_us))
             best = b;
     }
     return best;
@@ -107,7 +114,7 @@ void report_print(const bench_results *r, FILE *f)
             r->gpu ? "devices" : r->proc_ctx ? "CPU process-ranks" : "CPU thread-ranks");
     fprintf(f, "%-22s %-6s", r->opt.op == AGMM_OP_AG_MATMUL ? "shape" : "n", "dtype");
     for (int b = 0; b < r->nbackends; b++)
-        fprintf(f, " %12s", r->backends[b]);
+        fprintf(f, " %*s", col_width(r, b), r->backends[b]);
     fprintf(f, "  Best Backend\n");
     for (int i = 0; i < r->nrows; i++) {
         const bench_row *row = &r->rows[i];
@@ -116,10 +123,14 @@ void report_print(const bench_results *r, FILE *f)
         fprintf(f, "%-22s %-6s", shape, dtype_name(r));
         for (int b = 0; b < r->nbackends; b++) {
             const bench_cell *c = &row->cell[b];
-            if (timed(r, c))
-                fprintf(f, " %12.1f", c->mean_us);
+            char text[48];
+            if (timed(r, c) && c->chose)
+                snprintf(text, sizeof text, "%.1f (%s)", c->mean_us, c->chose);
+            else if (timed(r, c))
+                snprintf(text, sizeof text, "%.1f", c->mean_us);
             else
-                fprintf(f, " %12s", state_name(c->state));
+                snprintf(text, sizeof text, "%s", state_name(c->state));
+            fprintf(f, " %*s", col_width(r, b), text);
         }
         int best = report_best(r, row);
         fprintf(f, "  %s\n", best >= 0 ? r->backends[best] : "-");
@@ -153,13 +164,19 @@ void report_print(const bench_results *r, FILE *f)
                 print_num(f, 8, d.speedup, 2);
                 print_num(f, 8, d.overlap, 2);
                 print_num(f, 9, d.vs_engine, 3);
-                fprintf(f, " %9.2e %10s\n", c->err, c->exact_a ? "exact" : "DIFFERS");
+                fprintf(f, " %9.2e %10s", c->err, c->exact_a ? "exact" : "DIFFERS");
             } else {
                 print_num(f, 10, d.algbw_gbps, 2);
                 print_num(f, 10, d.busbw_gbps, 2);
                 print_num(f, 8, d.speedup, 2);
-                fprintf(f, " %9.2e\n", c->err);
+                fprintf(f, " %9.2e", c->err);
             }
+            if (c->chose)
+                fprintf(f, "  -> %s, %s%s", c->chose, c->how ? c->how : "?",
+                        c->how && strcmp(c->how, "measured") == 0 ? "" : " (no measuring)");
+            if (c->chose && c->tune_ms > 0)
+                fprintf(f, " in %.1f ms", c->tune_ms);
+            fputc('\n', f);
         }
     }
     if (r->opt.op == AGMM_OP_AG_MATMUL)
@@ -185,7 +202,7 @@ int report_csv(const bench_results *r, const char *path)
         return -1;
     fprintf(f, "op,world,nranks,m,n,k,dtype,backend,state,mean_us,median_us,min_us,max_us,tflops,algbw_gbps,"
                "busbw_gbps,speedup_vs_nccl,overlap,gemm_us,engine_us,err,exact_a,best,graph_mean_us,graph_median_us,"
-               "note\n");
+               "note,chose,how,tune_ms\n");
     for (int i = 0; i < r->nrows; i++) {
         const bench_row *row = &r->rows[i];
         int best = report_best(r, row);
@@ -215,7 +232,9 @@ int report_csv(const bench_results *r, const char *path)
             fputs(",\"", f);
             for (const char *p = c->note; *p; p++)
                 fputc(*p == '"' ? '\'' : *p, f);
-            fputs("\"\n", f);
+            fprintf(f, "\",%s,%s", c->chose ? c->chose : "", c->how ? c->how : "");
+            csv_num(f, c->chose ? c->tune_ms : NAN);
+            fputc('\n', f);
         }
     }
     return fclose(f) == 0 ? 0 : -1;
@@ -280,6 +299,10 @@ int report_json(const bench_results *r, const char *path)
             json_num(f, "graph_median_us", t && c->graph_median_us > 0 ? c->graph_median_us : NAN);
             fprintf(f, ", \"exact_a\": %s, \"note\": ", c->exact_a ? "true" : "false");
             json_str(f, c->note);
+            if (c->chose) {
+                fprintf(f, ", \"chose\": \"%s\", \"how\": \"%s\"", c->chose, c->how ? c->how : "");
+                json_num(f, "tune_ms", c->tune_ms);
+            }
             fputc('}', f);
         }
         fprintf(f, "}}");

@@ -39,6 +39,11 @@ agmm_status agmm_ext_gemm_run(agmm_ext_gemm *g, void *stream);
 /* NULL-safe. */
 void agmm_ext_gemm_destroy(agmm_ext_gemm *g);
 
+/* How the last plan this rank made with backend NULL or "auto" got its backend: *how is
+ * "measured", "cached" (rank 0's memory or the cache file) or "static" (NULL before any such
+ * plan), *tune_ms the milliseconds its creation spent measuring (0 unless measured). Local. */
+void agmm_ext_auto_choice(const agmm_ctx *ctx, const char **how, double *tune_ms);
+
 /* The library's descriptor checks, for a world of `nranks` ranks, without a world: the backend
  * name is checked against the table too. AGMM_ERR_INVALID_ARG with the reason (no file:line) in
  * why. */

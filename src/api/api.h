@@ -73,6 +73,16 @@ size_t agmm_mem_shortfall_text(char *buf, size_t len, uint64_t per_rank, const c
  * numbers; nothing is allocated then, and the ranks stay in step. */
 agmm_status agmm_plan_agree(agmm_plan *plan, uint64_t input_bytes);
 
+/* Collective, before a backend is chosen: every rank's request (the descriptor as the operation
+ * describes it, with the backend it named, "auto" for NULL) and its own verdict on it so far
+ * (`mine`: the descriptor check and the named backend's resolution; the detail in the rank's
+ * error record). A rank that failed makes every rank fail with its status and message; ranks
+ * that asked for different things get AGMM_ERR_INVALID_ARG on every rank. So `auto`'s collective
+ * choice (tune.c) starts only where every rank asked for it, and a bad descriptor on one rank is
+ * an error on all, not a timeout. */
+agmm_status agmm_plan_agree_request(agmm_ctx *ctx, agmm_op op, const void *desc, const char *backend,
+                                    agmm_status mine);
+
 /* ---- fault points (ctx.c) ---- */
 
 /* The fault point `at` of ctx's rank (core/fault.h): AGMM_SUCCESS to carry on, else the injected

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "api.h"
+#include "tune.h"
 
 agmm_status agmm_api_fault_point(agmm_ctx *ctx, const agmm_fault *f, agmm_fault_at at, uint64_t occurrence)
 {
@@ -42,6 +43,7 @@ void agmm_ctx_destroy(agmm_ctx *ctx)
 {
     if (ctx == NULL)
         return;
+    agmm_tune_release(ctx);
     agmm_symm_detach(ctx);
     agmm_rank_destroy(ctx);
 }

@@ -5,6 +5,7 @@
 
 #include "agmm_ext.h"
 #include "api.h"
+#include "tune.h"
 #include "../cpu/cpu.h"
 #ifdef AGMM_HAVE_CUDA
 #include "../backends/gemm_lt.h"
@@ -164,3 +165,11 @@ agmm_status agmm_ext_exchange(agmm_ctx *ctx, const void *mine, size_t bytes, voi
 }
 
 int agmm_ext_launch_rank(void) { return agmm_world_launch_rank(); }
+
+void agmm_ext_auto_choice(const agmm_ctx *ctx, const char **how, double *tune_ms)
+{
+    const agmm_tune_result *r = agmm_tune_last(ctx);
+    static const char *const names[] = {"static", "cached", "cached", "measured"};
+    *how = r->choice ? names[r->how] : NULL;
+    *tune_ms = r->tune_ms;
+}

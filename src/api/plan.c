@@ -1,11 +1,12 @@
 /* The public plan API for every operation: descriptor checks (the operation's type), the choice
- * of a backend (by name, or `auto`), the symmetric input buffer, epochs, and the calls into the
- * backend's implementation. */
+ * of a backend (by name, or `auto`: tune.c), the symmetric input buffer, epochs, and the calls
+ * into the backend's implementation. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "api.h"
+#include "tune.h"
 #ifdef AGMM_HAVE_CUDA
 #include "../world/rank_gpu.h"
 #endif
@@ -19,30 +20,13 @@ const agmm_op_type *agmm_op_type_of(agmm_op op)
     return NULL;
 }
 
-/* auto, without measuring: the usable backend with the smallest auto_order. Every rank resolves
- * alike: the same world and the same table. */
-static const agmm_backend *auto_static(const agmm_ctx *ctx, agmm_op op)
-{
-    const agmm_backend *best = NULL;
-    for (int i = 0; agmm_backend_at(op, i) != NULL; i++) {
-        const agmm_backend *b = agmm_backend_at(op, i);
-        if (b->auto_order >= 0 && (best == NULL || b->auto_order < best->auto_order) &&
-            agmm_backend_usable(b, agmm_ctx_world(ctx), NULL, 0) != NULL)
-            best = b;
-    }
-    return best;
-}
-
-static agmm_status resolve(agmm_ctx *ctx, agmm_op op, const char *name, const agmm_backend **out)
+/* The backend named in the descriptor; NULL or "auto": tune.c chooses, every rank alike
+ * (collective: it may measure the candidates). */
+static agmm_status resolve(agmm_ctx *ctx, agmm_op op, const void *desc, const char *name, const agmm_backend **out)
 {
     agmm_error *err = agmm_ctx_err(ctx);
-    if (name == NULL || strcmp(name, "auto") == 0) {
-        *out = auto_static(ctx, op);
-        if (*out == NULL)
-            return AGMM_FAIL(err, AGMM_ERR_UNSUPPORTED, "backend=auto: no backend of %s runs in this world",
-                             agmm_op_name(op));
-        return AGMM_SUCCESS;
-    }
+    if (name == NULL || strcmp(name, "auto") == 0)
+        return agmm_tune_choose(ctx, op, desc, out);
     const agmm_backend *b = agmm_backend_find(op, name);
     if (b == NULL) {
         char list[256];
@@ -69,10 +53,15 @@ static agmm_status plan_create(agmm_plan **out, agmm_ctx *ctx, agmm_op op, const
         return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "desc is NULL");
     const agmm_op_type *type = agmm_op_type_of(op);
     agmm_status st = type->check(desc, agmm_ctx_info(ctx)->nranks, err);
-    if (st != AGMM_SUCCESS)
-        return st;
+    const char *name = st == AGMM_SUCCESS ? type->backend_of(desc) : NULL;
+    const int is_auto = name == NULL || strcmp(name, "auto") == 0;
     const agmm_backend *b = NULL;
-    st = resolve(ctx, op, type->backend_of(desc), &b);
+    if (st == AGMM_SUCCESS && !is_auto)
+        st = resolve(ctx, op, desc, name, &b);
+    /* Every rank asked for the same, and nobody failed, before anything collective starts. */
+    st = agmm_plan_agree_request(ctx, op, desc, is_auto ? "auto" : name, st);
+    if (st == AGMM_SUCCESS && is_auto)
+        st = resolve(ctx, op, desc, name, &b);
     if (st != AGMM_SUCCESS)
         return st;
     agmm_plan *p = calloc(1, sizeof *p);

@@ -93,3 +93,60 @@ agmm_status agmm_plan_agree(agmm_plan *p, uint64_t input_bytes)
     free(all);
     return st;
 }
+
+/* One rank's request (plan_agree_request). */
+typedef struct {
+    int32_t status;             /* its verdict so far */
+    char what[112];             /* "ag_matmul/auto M=64 N=32 K=16 b_layout=col splits=1" */
+    char why[AGMM_HOST_SLOT_BYTES - 116];  /* the detail of a failure */
+} request;
+
+agmm_status agmm_plan_agree_request(agmm_ctx *ctx, agmm_op op, const void *desc, const char *backend,
+                                    agmm_status mine)
+{
+    agmm_error *err = agmm_ctx_err(ctx);
+    const int nranks = agmm_ctx_info(ctx)->nranks;
+    request me;
+    memset(&me, 0, sizeof me);
+    me.status = (int32_t)mine;
+    if (mine != AGMM_SUCCESS) {
+        agmm_format(me.why, sizeof me.why, "%s", agmm_error_detail(err->msg));
+    } else {
+        /* The operation describes an installed descriptor: a plan on the stack, nothing allocated. */
+        agmm_plan tmp = {.ctx = ctx, .op = op};
+        const agmm_op_type *type = agmm_op_type_of(op);
+        type->install(&tmp, desc);
+        size_t used = agmm_format(me.what, sizeof me.what, "%s/%s ", agmm_op_name(op), backend);
+        type->describe(&tmp, me.what + used, sizeof me.what - used);
+    }
+    request *all = calloc((size_t)nranks, sizeof *all);
+    if (all == NULL)
+        return AGMM_FAIL(err, AGMM_ERR_NO_MEMORY, "plan requests of %d ranks: allocation failed", nranks);
+    agmm_status st = agmm_host_exchange(ctx, &me, sizeof me, all);
+    for (int r = 0; st == AGMM_SUCCESS && r < nranks; r++)
+        if (all[r].status != AGMM_SUCCESS) {
+            agmm_error_clear(err);
+            st = AGMM_FAIL(err, (agmm_status)all[r].status, "rank %d: %s", r, all[r].why);
+        }
+    if (st == AGMM_SUCCESS) {
+        uint64_t differ = 0;
+        int first = -1;
+        for (int r = 1; r < nranks; r++)
+            if (strcmp(all[r].what, all[0].what) != 0) {
+                differ |= (uint64_t)1 << r;
+                if (first < 0)
+                    first = r;
+            }
+        if (differ) {
+            char who[96];
+            agmm_format_ranks(who, sizeof who, differ);
+            st = AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
+                           "the ranks asked for different plans: rank 0 %s, rank %d %s (%s differ%s from rank 0): "
+                           "every rank must pass the same descriptor and name the same backend (auto chooses for "
+                           "all ranks together)",
+                           all[0].what, first, all[first].what, who, differ & (differ - 1) ? "" : "s");
+        }
+    }
+    free(all);
+    return st;
+}

@@ -8,6 +8,7 @@
 extern const agmm_backend agmm_backend_ag_matmul_nccl;
 extern const agmm_backend agmm_backend_ag_matmul_ce;
 extern const agmm_backend agmm_backend_ag_matmul_fused;
+extern const agmm_backend agmm_backend_ag_matmul_pull;
 extern const agmm_backend agmm_backend_all_reduce_nccl;
 extern const agmm_backend agmm_backend_all_reduce_nccl_plain;
 extern const agmm_backend agmm_backend_all_reduce_one_shot;
@@ -17,6 +18,7 @@ static const agmm_backend *const table[] = {
     &agmm_backend_ag_matmul_nccl,
     &agmm_backend_ag_matmul_ce,
     &agmm_backend_ag_matmul_fused,
+    &agmm_backend_ag_matmul_pull,
     &agmm_backend_all_reduce_nccl,
     &agmm_backend_all_reduce_nccl_plain,
     &agmm_backend_all_reduce_one_shot,

@@ -11,7 +11,8 @@ enum { AGMM_DEV_OK = 0, AGMM_DEV_TIMEOUT = 1 };
 enum {
     AGMM_WAIT_BARRIER = 0,     /* a cross-rank barrier: `peer` never arrived */
     AGMM_WAIT_CHUNK = 1,       /* a GEMM tile waited for chunk `chunk` (copied from `peer`) */
-    AGMM_WAIT_ALL_REDUCE = 2   /* an all-reduce kernel's barrier: `peer` never arrived */
+    AGMM_WAIT_ALL_REDUCE = 2,  /* an all-reduce kernel's barrier: `peer` never arrived */
+    AGMM_WAIT_READY = 3        /* a pull GEMM waited for `peer`'s ready flag (its shard written) */
 };
 
 typedef struct {

@@ -52,6 +52,32 @@
  *   CTA, and every CTA that later sees the record, stops waiting; the kernel then finishes, so
  *   a dead peer is an error, never a hang. Tiles that read the rank's own shard (a_local) never
  *   wait.
+ *
+ * Pull mode (desc.pull; the `pull` backend): one kernel is the whole all-gather matmul.
+ *   Loads: a tile of rank src's rows is loaded through peer_maps[src], a tensor map over src's
+ *   shard (NVLink peer memory, or the same GPU's where ranks share one), kept in device memory
+ *   and uploaded by the host when the shard pointers change; the producer orders its first use
+ *   after the upload with fence.proxy.tensormap. Tiles of this rank's rows read a_local.
+ *   Ready words (signals[src][AGMM_PULL_READY]): writer: rank src's stream (a stream write with
+ *   its memory barrier, or a release kernel), after its shard is written, with the run's epoch (the `ready` of agmm_gemm_run).
+ *   Waiter: the producer thread, before its first tile of src's rows (then remembered for the
+ *   run in a bit mask, so each CTA reads each peer's word once): the same bounded acquire and
+ *   proxy fence as a chunk flag. Reset: never (epochs).
+ *   The gathered A, a by-product: every A tile loaded for the first column of C (col0 == 0) is
+ *   stored from its ring slot to `a` by a TMA store through a 3-D map {k, m, nranks}, so a
+ *   short tile's rows past the shard's end are clipped. The producer issues the store when it
+ *   next refills that slot (the consumers have released it, so the tile is complete and nobody
+ *   writes the slot meanwhile) and waits for the store to have read the slot before the new
+ *   load; slots never refilled are stored at the end, after their full barrier's phase. Rows
+ *   past a short tile's end belong to the next chunk of the same shard: two CTAs may store
+ *   them, with the same bytes.
+ *   Closing barrier (nranks > 1): done slots signals[r][AGMM_PULL_DONE + q]. When every thread
+ *   of a CTA is done (all its loads consumed, its stores written), thread 0 counts the CTA in
+ *   on close_ctr (device memory of the plan); the last CTA of the grid resets the counter,
+ *   writes the epoch into slot `rank` of every peer (release, system scope) and waits (the
+ *   bounded acquire) until every peer has written its slot of ours: the kernel ends only when
+ *   no peer will read this rank's shard again in this run, so the caller may overwrite it.
+ *   Writer of a slot: only rank q; waiter: only the owner's last CTA; reset: never (epochs).
  */
 #include "kernels/gemm_engine.h"
 
@@ -90,7 +116,8 @@ struct smem_layout {
 /* Everything a run needs, passed by value as one __grid_constant__ parameter: the tensor maps
  * must live in parameter (or constant/global) memory for TMA to read them. */
 struct gemm_params {
-    CUtensorMap map_a;       /* gathered A: dims {k, rows}, box {64, 128}, 128B swizzle */
+    CUtensorMap map_a;       /* gathered A: dims {k, rows}, box {64, BM}, 128B swizzle; pull mode: the
+                              * store map, dims {k, m, nranks}, box {64, BM, 1} */
     CUtensorMap map_a_local; /* the shard: dims {k, m}, same box and swizzle */
     CUtensorMap map_b;       /* col-major: dims {k, n}, box {64, BN}; row-major: {n, k}, box {64, 64} */
     CUtensorMap map_b_half;  /* col-major B with clusters: box {64, BN/2}, each CTA's multicast half */
@@ -109,6 +136,12 @@ struct gemm_params {
     int sk_split;
     float *sk_ws;
     uint32_t *sk_ctr;
+    /* Pull mode (header comment): peer_maps[r] over rank r's shard (dims {k, m}, box {64, BM}, in
+     * device memory), the ranks' signal words, and the closing barrier's CTA counter. */
+    int pull;
+    const CUtensorMap *peer_maps;
+    uint32_t *const *signals;
+    uint32_t *close_ctr;
 };
 
 #include "kernels/hopper_ptx.cuh"
@@ -129,11 +162,12 @@ __device__ __forceinline__ void release_slot(uint32_t bars, int s, int share, ui
 
 /* ---- roles ------------------------------------------------------------------------------- */
 
-/* The fused-path wait for one tile's chunk (see the header comment). Returns 1 when waits are
- * off from now on: this wait expired, or another CTA's already did (its record is set). */
-__device__ __noinline__ int wait_chunk(const gemm_params &p, int chunk, int src_rank)
+/* The bounded wait on one epoch flag (see the header comment): a tile's chunk flag, or in pull
+ * mode a peer's ready word or done slot; `wait`, `chunk` and `peer` name it in the error record.
+ * Returns 1 when waits are off from now on: this wait expired, or another CTA's already did (its
+ * record is set). */
+__device__ __noinline__ int wait_flag(const gemm_params &p, const uint32_t *flag, int wait, int chunk, int peer)
 {
-    const uint32_t *flag = p.flags + chunk;
     uint32_t seen = agmm_ld_acquire_sys(flag);
     if ((int32_t)(seen - p.ready) < 0) {
         const uint64_t deadline = agmm_globaltimer_ns() + p.timeout_ns;
@@ -145,7 +179,7 @@ __device__ __noinline__ int wait_chunk(const gemm_params &p, int chunk, int src_
             if (*(volatile const uint32_t *)&p.err->code != AGMM_DEV_OK)
                 return 1;
             if (agmm_globaltimer_ns() > deadline) {
-                agmm_dev_error_record(p.err, p.sched.rank, src_rank, AGMM_WAIT_CHUNK, chunk, p.ready, seen);
+                agmm_dev_error_record(p.err, p.sched.rank, peer, wait, chunk, p.ready, seen);
                 return 1;
             }
         }
@@ -244,6 +278,75 @@ __device__ __forceinline__ tile_job job_of(const gemm_params &p, int64_t u, int6
     return j;
 }
 
+/* ---- pull mode (header comment) ---- */
+
+/* A ring slot's A tile still to be stored to the gathered A: its coordinates in the 3-D store
+ * map, and the parity of the full-barrier phase that its load completes. */
+struct pull_store {
+    int c0, row, src;
+    uint32_t parity;
+};
+
+/* Stores one A tile from shared memory through the 3-D map; the bulk group is committed. */
+__device__ __forceinline__ void tma_store_3d(uint32_t src, const CUtensorMap *map, int c0, int c1, int c2)
+{
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(map),
+                 "r"(src), "r"(c0), "r"(c1), "r"(c2)
+                 : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+/* Waits until this thread's bulk stores have read their shared memory (READ = 1: the slot may be
+ * refilled) or are complete (READ = 0). */
+template <int READ>
+__device__ __forceinline__ void bulk_wait(void)
+{
+    if (READ)
+        asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+    else
+        asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
+/* The peers' maps were written to global memory by a host upload: order that before this
+ * thread's TMA loads through them. */
+__device__ __forceinline__ void pull_acquire_maps(const gemm_params &p)
+{
+    for (int r = 0; r < p.sched.nranks; r++)
+        asm volatile("fence.proxy.tensormap::generic.acquire.sys [%0], 128;" ::"l"(p.peer_maps + r) : "memory");
+}
+
+/* The wait before a tile of rank src's rows (pull mode): src's ready word, once per CTA and run. */
+__device__ __forceinline__ int pull_wait_ready(const gemm_params &p, int src, uint64_t *seen)
+{
+    if (*seen >> src & 1)
+        return 0;
+    *seen |= 1ull << src;
+    return wait_flag(p, p.signals[src] + AGMM_PULL_READY, AGMM_WAIT_READY, -1, src);
+}
+
+/* The closing barrier (header comment); every thread of the CTA calls it. */
+__device__ __noinline__ void pull_close(const gemm_params &p)
+{
+    __syncthreads(); /* every load of this CTA was consumed and every store written */
+    if (threadIdx.x != 0)
+        return;
+    __threadfence();
+    if (atomicAdd(p.close_ctr, 1u) != gridDim.x - 1)
+        return;
+    /* The last CTA: every other one counted in after its fence, so the whole grid is done. */
+    __threadfence();
+    *p.close_ctr = 0; /* for the next run, which starts after this kernel */
+    /* The reads of peers' shards went through the async proxy: ordered before the release. */
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+    const int rank = p.sched.rank;
+    for (int q = 0; q < p.sched.nranks; q++)
+        if (q != rank)
+            agmm_st_release_sys(p.signals[q] + AGMM_PULL_DONE + rank, p.ready);
+    for (int q = 0; q < p.sched.nranks; q++)
+        if (q != rank && wait_flag(p, p.signals[rank] + AGMM_PULL_DONE + q, AGMM_WAIT_BARRIER, -1, q))
+            break;
+}
+
 template <int BM, int BN, int STAGES, int B_MN, int CL, int SK>
 __device__ __forceinline__ void gemm_producer(const gemm_params &p, uint32_t sa, uint32_t sb, uint32_t bars)
 {
@@ -252,6 +355,12 @@ __device__ __forceinline__ void gemm_producer(const gemm_params &p, uint32_t sa,
     const int crank = (int)(blockIdx.x & (CL - 1));
     int stage = 0, waits_off = 0;
     uint32_t phase = 0;
+    /* Pull mode: peers whose ready word this CTA has seen; slots whose A tile awaits its store. */
+    uint64_t ready_seen = 0;
+    uint32_t pending = 0;
+    pull_store store[STAGES];
+    if (p.pull)
+        pull_acquire_maps(p);
     for (int64_t u = blockIdx.x; u < nunits; u += gridDim.x) {
         const unit_job uj = unit_of<SK>(p, u);
         agmm_tile t;
@@ -260,18 +369,30 @@ __device__ __forceinline__ void gemm_producer(const gemm_params &p, uint32_t sa,
         /* Row coordinate and map come from the one tile record: the wait and the load can never
          * disagree about which rows they mean. */
         const int from_local = t.local && p.has_local;
-        const CUtensorMap *map_a = from_local ? &p.map_a_local : &p.map_a;
-        const int a_row = (int)(from_local ? t.shard_row0 : t.row0);
-        if (p.flags && !from_local && !waits_off)
-            waits_off = wait_chunk(p, t.chunk, t.src_rank);
+        const CUtensorMap *map_a = from_local ? &p.map_a_local : p.pull ? p.peer_maps + t.src_rank : &p.map_a;
+        const int a_row = (int)(from_local || p.pull ? t.shard_row0 : t.row0);
+        if (p.pull && !from_local && !waits_off)
+            waits_off = pull_wait_ready(p, t.src_rank, &ready_seen);
+        else if (p.flags && !from_local && !waits_off)
+            waits_off = wait_flag(p, p.flags + t.chunk, AGMM_WAIT_CHUNK, t.chunk, t.src_rank);
         for (int kb = uj.kb0; kb < uj.kb1; kb++) {
             const uint32_t full = bars + 8 * stage, empty = bars + 8 * (STAGES + stage);
             /* Slot free: our consumers, and with a shared B the partner's too, are done with its
              * previous contents (our multicast is about to write the partner's copy). */
             mbar_wait_cluster(empty, phase ^ 1);
+            if (pending >> stage & 1) { /* pull: the slot's A tile is stored before it is refilled */
+                const pull_store &ps = store[stage];
+                tma_store_3d(sa + stage * A_BYTES, &p.map_a, ps.c0, ps.row, ps.src);
+                bulk_wait<1>();
+                pending &= ~(1u << stage);
+            }
             /* Every byte landing in this CTA's slot, ours and the partner's multicast alike. */
             mbar_arrive_expect_tx(full, A_BYTES + B_BYTES);
             tma_load_2d(sa + stage * A_BYTES, map_a, kb * GEMM_BK, a_row, full);
+            if (p.pull && t.col0 == 0) {
+                store[stage] = pull_store{kb * GEMM_BK, (int)t.shard_row0, t.src_rank, phase};
+                pending |= 1u << stage;
+            }
             const uint32_t b_dst = sb + stage * B_BYTES;
             if (CL == 2 && share) {
                 /* Each CTA loads half of the shared B tile into both CTAs' slots. */
@@ -298,6 +419,15 @@ __device__ __forceinline__ void gemm_producer(const gemm_params &p, uint32_t sa,
             }
         }
     }
+    /* Pull: the tiles still in their slots, each once its load has landed; then every store is
+     * complete before the CTA (and its shared memory) goes. */
+    for (int s = 0; pending && s < STAGES; s++)
+        if (pending >> s & 1) {
+            mbar_wait(bars + 8 * s, store[s].parity);
+            tma_store_3d(sa + s * A_BYTES, &p.map_a, store[s].c0, store[s].row, store[s].src);
+        }
+    if (p.pull)
+        bulk_wait<0>();
     if (p.flags)
         reset_chunk_flags(p);
 }
@@ -512,6 +642,8 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_ws_kernel(const __grid_c
         __syncwarp();
         cluster_sync();
     }
+    if (p.pull && p.sched.nranks > 1)
+        pull_close(p);
 }
 
 /* ---- host side: policy, descriptors, launch ------------------------------------------------ */
@@ -652,6 +784,15 @@ struct agmm_gemm_plan {
     int64_t tiles;
     size_t smem_bytes;
     void *sk_ws; /* split-tail workspace: partials, then counters (one allocation) */
+    /* Pull mode: the peers' maps in device memory followed by the closing barrier's counter (one
+     * allocation); their staging in pinned host memory, which the last upload has read once
+     * peers_read has fired (peers_pending: an upload was enqueued); the shard pointers the maps
+     * were made from. */
+    void *pull_dev;
+    CUtensorMap *peer_staging;
+    cudaEvent_t peers_read;
+    int peers_pending;
+    const void *peer_ptr[AGMM_MAX_RANKS];
     char name[128];
 };
 
@@ -665,24 +806,34 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
-/* A row-major bf16 matrix [outer][inner] as a 2-D map with a {box_inner, box_outer} box,
- * 128B swizzle (box_inner = 64 elements = 128 bytes), zero fill out of bounds. */
-static agmm_status encode_2d(agmm_gemm_plan *pl, CUtensorMap *map, const void *ptr, uint64_t inner, uint64_t outer,
-                             uint32_t box_inner, uint32_t box_outer, const char *what, char *err, size_t errlen)
+/* A row-major bf16 matrix [outer][inner] as a 2-D map (rank 2) with a {box_inner, box_outer}
+ * box, 128B swizzle (box_inner = 64 elements = 128 bytes), zero fill out of bounds. Rank 3:
+ * `blocks` such matrices one after another, with a box of one block: the pull mode's store map,
+ * whose rows past a block's end are clipped instead of spilling into the next. */
+static agmm_status encode_tiled(agmm_gemm_plan *pl, CUtensorMap *map, const void *ptr, cuuint32_t rank, uint64_t inner,
+                                uint64_t outer, uint64_t blocks, uint32_t box_inner, uint32_t box_outer,
+                                const char *what, char *err, size_t errlen)
 {
-    cuuint64_t dims[2] = {inner, outer};
-    cuuint64_t strides[1] = {inner * 2};
-    cuuint32_t box[2] = {box_inner, box_outer};
-    cuuint32_t estr[2] = {1, 1};
-    CUresult r = pl->encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)ptr, dims, strides, box, estr,
+    cuuint64_t dims[3] = {inner, outer, blocks};
+    cuuint64_t strides[2] = {inner * 2, inner * outer * 2};
+    cuuint32_t box[3] = {box_inner, box_outer, 1};
+    cuuint32_t estr[3] = {1, 1, 1};
+    CUresult r = pl->encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, (void *)ptr, dims, strides, box, estr,
                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS) {
-        set_err(err, errlen, "cuTensorMapEncodeTiled(%s: %llu x %llu, box %u x %u) failed: CUresult %d", what,
-                (unsigned long long)outer, (unsigned long long)inner, box_outer, box_inner, (int)r);
+        set_err(err, errlen, "cuTensorMapEncodeTiled(%s: %llu x %llu x %llu, box %u x %u) failed: CUresult %d", what,
+                (unsigned long long)blocks, (unsigned long long)outer, (unsigned long long)inner, box_outer, box_inner,
+                (int)r);
         return AGMM_ERR_CUDA;
     }
     return AGMM_SUCCESS;
+}
+
+static agmm_status encode_2d(agmm_gemm_plan *pl, CUtensorMap *map, const void *ptr, uint64_t inner, uint64_t outer,
+                             uint32_t box_inner, uint32_t box_outer, const char *what, char *err, size_t errlen)
+{
+    return encode_tiled(pl, map, ptr, 2, inner, outer, 1, box_inner, box_outer, what, err, errlen);
 }
 
 static int misaligned(const void *p)
@@ -719,8 +870,11 @@ extern "C" agmm_status agmm_gemm_plan_set_ptrs(agmm_gemm_plan *pl, const void *a
         return AGMM_ERR_INVALID_ARG;
     }
     if (a && a != d->a) {
-        st = encode_2d(pl, &p->map_a, a, (uint64_t)d->k, (uint64_t)(d->nranks * d->m), GEMM_BK, (uint32_t)bm, "A", err,
-                       errlen);
+        /* Pull mode stores to the gathered A, one shard's block at a time. */
+        st = d->pull ? encode_tiled(pl, &p->map_a, a, 3, (uint64_t)d->k, (uint64_t)d->m, (uint64_t)d->nranks, GEMM_BK,
+                                    (uint32_t)bm, "gathered A (store)", err, errlen)
+                     : encode_2d(pl, &p->map_a, a, (uint64_t)d->k, (uint64_t)(d->nranks * d->m), GEMM_BK, (uint32_t)bm,
+                                 "A", err, errlen);
         if (st)
             return st;
         d->a = a;
@@ -753,6 +907,69 @@ extern "C" agmm_status agmm_gemm_plan_set_ptrs(agmm_gemm_plan *pl, const void *a
     return AGMM_SUCCESS;
 }
 
+extern "C" agmm_status agmm_gemm_plan_set_peers(agmm_gemm_plan *pl, const void *const *peers, cudaStream_t stream,
+                                                char *err, size_t errlen)
+{
+    const agmm_gemm_desc *d = &pl->desc;
+    if (!d->pull) {
+        set_err(err, errlen, "gemm: peers' shards are for a plan in pull mode");
+        return AGMM_ERR_INVALID_ARG;
+    }
+    int changed = 0;
+    for (int r = 0; r < d->nranks; r++) {
+        if (!peers[r] || misaligned(peers[r])) {
+            set_err(err, errlen, "gemm: rank %d's shard %p must be a 16-byte aligned pointer", r, peers[r]);
+            return AGMM_ERR_INVALID_ARG;
+        }
+        changed |= peers[r] != pl->peer_ptr[r];
+    }
+    if (!changed)
+        return AGMM_SUCCESS;
+    /* The last upload may not have read the staging yet (its stream may be runs behind). */
+    cudaError_t ce = pl->peers_pending ? cudaEventSynchronize(pl->peers_read) : cudaSuccess;
+    for (int r = 0; ce == cudaSuccess && r < d->nranks; r++) {
+        agmm_status st = encode_2d(pl, &pl->peer_staging[r], peers[r], (uint64_t)d->k, (uint64_t)d->m, GEMM_BK,
+                                   (uint32_t)k_configs[pl->config].bm, "a peer's shard", err, errlen);
+        if (st)
+            return st;
+    }
+    if (ce == cudaSuccess)
+        ce = cudaMemcpyAsync(pl->pull_dev, pl->peer_staging, (size_t)d->nranks * sizeof(CUtensorMap),
+                             cudaMemcpyHostToDevice, stream);
+    if (ce == cudaSuccess)
+        ce = cudaEventRecord(pl->peers_read, stream);
+    if (ce != cudaSuccess) {
+        set_err(err, errlen, "gemm: upload of the peers' maps: %s", cudaGetErrorString(ce));
+        return AGMM_ERR_CUDA;
+    }
+    pl->peers_pending = 1;
+    memcpy(pl->peer_ptr, peers, (size_t)d->nranks * sizeof *peers);
+    return AGMM_SUCCESS;
+}
+
+/* Pull mode's resources (pull_dev, the staging, the event), at plan creation. */
+static agmm_status pull_create(agmm_gemm_plan *pl, const agmm_gemm_desc *d, char *err, size_t errlen)
+{
+    const size_t maps = (size_t)d->nranks * sizeof(CUtensorMap);
+    cudaError_t ce = cudaMalloc(&pl->pull_dev, maps + sizeof(uint32_t));
+    if (ce == cudaSuccess)
+        ce = cudaMemset((char *)pl->pull_dev + maps, 0, sizeof(uint32_t));
+    if (ce == cudaSuccess)
+        ce = cudaHostAlloc((void **)&pl->peer_staging, maps, cudaHostAllocDefault);
+    if (ce == cudaSuccess)
+        ce = cudaEventCreateWithFlags(&pl->peers_read, cudaEventDisableTiming);
+    if (ce != cudaSuccess) {
+        set_err(err, errlen, "gemm: pull mode's maps and counter: %s", cudaGetErrorString(ce));
+        return AGMM_ERR_CUDA;
+    }
+    gemm_params *p = &pl->params;
+    p->pull = 1;
+    p->peer_maps = (const CUtensorMap *)pl->pull_dev;
+    p->close_ctr = (uint32_t *)((char *)pl->pull_dev + maps);
+    p->signals = d->signals;
+    return AGMM_SUCCESS;
+}
+
 extern "C" agmm_status agmm_gemm_plan_create(agmm_gemm_plan **out, const agmm_gemm_desc *desc, char *err, size_t errlen)
 {
     *out = NULL;
@@ -778,6 +995,12 @@ extern "C" agmm_status agmm_gemm_plan_create(agmm_gemm_plan **out, const agmm_ge
     }
     if (d->chunk_flags && !d->dev_error) {
         set_err(err, errlen, "gemm: chunk_flags need a dev_error record for the bounded wait");
+        return AGMM_ERR_INVALID_ARG;
+    }
+    if (d->pull && (d->chunk_flags || d->nranks > AGMM_MAX_RANKS ||
+                    (d->nranks > 1 && (!d->signals || !d->dev_error)))) {
+        set_err(err, errlen, "gemm: pull mode takes no chunk flags, at most %d ranks, and with several ranks the "
+                "signal table and a dev_error record", AGMM_MAX_RANKS);
         return AGMM_ERR_INVALID_ARG;
     }
     if (d->config >= NUM_CONFIGS) {
@@ -841,6 +1064,12 @@ extern "C" agmm_status agmm_gemm_plan_create(agmm_gemm_plan **out, const agmm_ge
         pl->desc = *d;
         pl->desc.a = pl->desc.a_local = pl->desc.b = NULL;
         pl->desc.c = NULL;
+        if (d->pull) {
+            st = pull_create(pl, d, err, errlen);
+            if (st)
+                goto fail;
+            st = AGMM_ERR_CUDA;
+        }
         gemm_params *p = &pl->params;
         sched_fill(&p->sched, d, tc);
         pl->tiles = agmm_sched_num_tiles(&p->sched);
@@ -895,8 +1124,8 @@ extern "C" agmm_status agmm_gemm_plan_create(agmm_gemm_plan **out, const agmm_ge
         st = agmm_gemm_plan_set_ptrs(pl, d->a, d->a_local, d->b, d->c, err, errlen);
         if (st)
             goto fail;
-        snprintf(pl->name, sizeof pl->name, "%s%s ctas=%d tiles=%lld%s", tc->name, b_mn ? " B-row" : "", pl->ctas,
-                 (long long)pl->tiles, split);
+        snprintf(pl->name, sizeof pl->name, "%s%s ctas=%d tiles=%lld%s%s", tc->name, b_mn ? " B-row" : "", pl->ctas,
+                 (long long)pl->tiles, split, d->pull ? " pull" : "");
     }
     *out = pl;
     return AGMM_SUCCESS;
@@ -907,7 +1136,7 @@ fail:
 
 extern "C" agmm_status agmm_gemm_run(agmm_gemm_plan *pl, uint32_t ready, cudaStream_t stream)
 {
-    if (!pl->desc.a || !pl->desc.b || !pl->desc.c)
+    if (!pl->desc.a || !pl->desc.b || !pl->desc.c || (pl->desc.pull && !pl->peer_ptr[0]))
         return AGMM_ERR_INVALID_ARG;
     pl->params.ready = ready;
     void *args[] = {&pl->params};
@@ -925,6 +1154,10 @@ extern "C" void agmm_gemm_plan_destroy(agmm_gemm_plan *pl)
     if (!pl)
         return;
     cudaFree(pl->sk_ws);
+    cudaFree(pl->pull_dev);
+    cudaFreeHost(pl->peer_staging);
+    if (pl->peers_read)
+        cudaEventDestroy(pl->peers_read);
     free(pl);
 }
 

@@ -4,7 +4,9 @@
  *
  * It is also the GEMM half of the fused all-gather matmul: tiles are visited in core/schedule.h's
  * order, and each tile can (1) wait on its chunk's flag (acquire, bounded) before its A
- * is loaded and (2) read A either from the gathered buffer or from the rank's own shard.
+ * is loaded and (2) read A either from the gathered buffer or from the rank's own shard. In pull
+ * mode (the `pull` backend) it is the whole all-gather matmul: peers' tiles are read from their
+ * shards directly, after their ready flags, and the gathered A is written as a by-product.
  * A plain GEMM is the schedule with nranks = 1, splits = 1 and no flags.
  *
  * Plain C11 (usable from host C code); the kernels live in gemm_engine.cu. */
@@ -24,6 +26,9 @@ extern "C" {
 #endif
 
 typedef struct agmm_gemm_plan agmm_gemm_plan;
+
+/* Pull mode's signal words (agmm_gemm_desc.signals): the ready flag, then one done slot per rank. */
+enum { AGMM_PULL_READY = 0, AGMM_PULL_DONE = 1 };
 
 typedef struct {
     /* Operands: device pointers, 16-byte aligned, caller-owned. May be NULL at plan time and
@@ -49,6 +54,20 @@ typedef struct {
     uint32_t *chunk_flags;
     agmm_dev_error *dev_error;
     uint64_t timeout_ns;
+    /* Pull mode (the `pull` backend): pull = 1 loads the A tiles of rank src's rows straight from
+     * src's shard, through one tensor map per rank over the shard pointers that
+     * agmm_gemm_plan_set_peers gives (peer memory: NVLink, or the same GPU where ranks share
+     * one), once src's ready word says the shard is written; tiles of this rank's rows read
+     * a_local and never wait. `a` is written instead of read: each A tile loaded for the first
+     * column of C is stored to its rows of `a`, so the gathered A comes out as a by-product.
+     * signals: a device table of nranks pointers, rank r's signal words: word AGMM_PULL_READY is
+     * r's ready flag (only r writes it: the run's epoch, once its shard is written), word
+     * AGMM_PULL_DONE + p is the done slot of rank p (only p writes it: the epoch, once p has
+     * read r's shard for the last time in that run). The kernel ends with that closing barrier:
+     * it returns only when every peer has finished reading this rank's shard. NULL (and no waits,
+     * no barrier) with nranks = 1. Needs dev_error with nranks > 1. */
+    int pull;
+    uint32_t *const *signals;
     int max_ctas;         /* SM budget for the persistent grid; 0: every SM of the device */
     int config;           /* tile config index (agmm_gemm_config_name), -1: the policy picks (the
                            * measured table of gemm_configs.h near a measured shape with the whole
@@ -69,7 +88,17 @@ agmm_status agmm_gemm_plan_create(agmm_gemm_plan **out, const agmm_gemm_desc *de
 agmm_status agmm_gemm_plan_set_ptrs(agmm_gemm_plan *plan, const void *a, const void *a_local, const void *b,
                                     void *c, char *err, size_t errlen);
 
-/* Enqueues one GEMM on `stream`. ready: the value the chunk flags must reach (ignored without
+/* Pull mode: the shard of every rank as this rank addresses it (peers[rank] is its own, which
+ * local tiles do not read through: they read a_local). Re-encodes the maps only when a pointer
+ * changed and then enqueues their upload to the device on `stream`, ahead of the next run; the
+ * host waits for the previous upload to have read its staging first (only when pointers change
+ * twice within one run's time). AGMM_ERR_INVALID_ARG for a plan not in pull mode or a misaligned
+ * pointer, AGMM_ERR_CUDA. */
+agmm_status agmm_gemm_plan_set_peers(agmm_gemm_plan *plan, const void *const *peers, cudaStream_t stream, char *err,
+                                     size_t errlen);
+
+/* Enqueues one GEMM on `stream`. ready: the value the chunk flags must reach (fused raises them
+ * to 1; ignored without flags), and in pull mode the run's epoch (ready words and done slots)
  * flags). A plan's runs must not overlap in time (enqueue them on one stream): split-tail configs
  * keep a workspace in the plan, and the flags are reset at the end of each run. Returns AGMM_ERR_CUDA if the launch fails, AGMM_ERR_INVALID_ARG if a pointer is
  * still NULL. An expired wait does not fail the call: the kernel records it in dev_error,

@@ -89,5 +89,9 @@ void agmm_rank_destroy(agmm_ctx *ctx);
 /* One pointer of per-rank state for the symmetric-memory layer, which owns what it points to. */
 void *agmm_ctx_symm_state(const agmm_ctx *ctx);
 void agmm_ctx_set_symm_state(agmm_ctx *ctx, void *state);
+/* The same for the API layer (`auto`'s cache of choices): NULL until it sets one, and freed by it
+ * before agmm_rank_destroy. */
+void *agmm_ctx_api_state(const agmm_ctx *ctx);
+void agmm_ctx_set_api_state(agmm_ctx *ctx, void *state);
 
 #endif

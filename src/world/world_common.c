@@ -308,6 +308,8 @@ agmm_error *agmm_ctx_err(agmm_ctx *ctx) { return &ctx->err; }
 agmm_error *agmm_ctx_out_of_step(agmm_ctx *ctx) { return &ctx->out_of_step; }
 void *agmm_ctx_symm_state(const agmm_ctx *ctx) { return ctx->symm; }
 void agmm_ctx_set_symm_state(agmm_ctx *ctx, void *state) { ctx->symm = state; }
+void *agmm_ctx_api_state(const agmm_ctx *ctx) { return ctx->api; }
+void agmm_ctx_set_api_state(agmm_ctx *ctx, void *state) { ctx->api = state; }
 
 int agmm_ctx_rank(const agmm_ctx *ctx) { return ctx ? ctx->info.rank : -1; }
 int agmm_ctx_device(const agmm_ctx *ctx) { return ctx ? ctx->info.device : -1; }

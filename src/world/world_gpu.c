@@ -415,6 +415,7 @@ static const char *wait_name(int wait)
     case AGMM_WAIT_BARRIER: return "a cross-rank barrier";
     case AGMM_WAIT_CHUNK: return "a chunk of the gathered A";
     case AGMM_WAIT_ALL_REDUCE: return "an all-reduce barrier";
+    case AGMM_WAIT_READY: return "a pull GEMM's wait for a peer's shard";
     }
     return "a wait";
 }

@@ -59,6 +59,7 @@ struct agmm_ctx {
     uint32_t host_seq;         /* host collectives this rank has entered */
     struct agmm_gpu_rank *gpu; /* NULL in the CPU world */
     void *symm;                /* the symmetric-memory layer's per-rank state */
+    void *api;                 /* the API layer's per-rank state */
 };
 
 /* A zeroed world with its timeout (0: 5 s), log level and unusable-record lock (world_common.c). */

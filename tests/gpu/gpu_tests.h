@@ -15,10 +15,11 @@ void test_world_nccl_one(void);
 void test_world_emulated(void);
 void test_world_barrier_timeout(void);
 
-/* test_ag_matmul.c: the nccl and ce backends against the fp64 reference and each other. */
+/* test_ag_matmul.c: the ag_matmul backends against the fp64 reference and each other. */
 void test_ag_matmul_w1(void);
 void test_ag_matmul_ce_emulated(void);
 void test_ag_matmul_nccl_skipped(void);
+void test_ag_matmul_gpu_world(void);
 void test_ag_matmul_ce_timeout(void);
 void test_all_reduce_nccl_w1(void);
 /* test_fused.c: the fused backend's per-chunk waits (a late chunk is waited for; a chunk past the
@@ -29,6 +30,11 @@ void test_fused_chunk_timeout(void);
 void test_nccl_sync_timeout(void);
 /* test_leaks.c: plan and world cycles leave host and device memory, mappings and descriptors flat. */
 void test_leaks_gpu(void);
+/* test_pull.c: the pull backend's ready waits, closing barrier, io.input and timeout. */
+void test_pull_protocol_gpu(void);
+void test_pull_timeout_gpu(void);
+/* test_auto.c: auto measures, agrees across ranks, caches; AGMM_TUNE=0 takes the static rule. */
+void test_auto_gpu(void);
 /* Timing at W = 1 of ce against nccl on the seed shapes; runs only with AGMM_GPUTEST_PERF=1. */
 void test_ag_matmul_perf_w1(void);
 

@@ -1,4 +1,4 @@
-/* GPU tests of the ag_matmul backends `nccl`, `ce` and `fused`, and the all_reduce `nccl` backends.
+/* GPU tests of the ag_matmul backends `nccl`, `ce`, `fused` and `pull`, and the all_reduce `nccl` backends.
  *
  * Each ag_matmul case runs two calls on every rank with fresh inputs (A, then -A) and outputs
  * poisoned with NaN before each: the gathered A must equal the shards bit for bit; C is compared
@@ -6,7 +6,7 @@
  * ~2e-3) and the second call's C must be exactly minus the first's (negation is exact in every
  * rounding step, so this checks the second epoch with no second reference). Shapes include odd
  * M and N, splits that do not divide M, and both B layouts. At W = 1 (real NCCL) ce and nccl
- * must also agree exactly. Emulated worlds of 2, 3, 4 and 8 ranks share one GPU (nccl is
+ * must also agree exactly. Emulated worlds of 2 to 8 ranks share one GPU (nccl is
  * skipped there, loudly, as the library reports). */
 #include <math.h>
 #include <stdatomic.h>
@@ -265,8 +265,9 @@ void test_ag_matmul_w1(void)
         }
         uint16_t *c_nccl = mm_case(w, "nccl", &shapes[i], &in, 1);
         uint16_t *c_ce = mm_case(w, "ce", &shapes[i], &in, 1);
-        /* fused runs our GEMM engine: checked against the reference inside mm_case. */
+        /* fused and pull run our GEMM engine: checked against the reference inside mm_case. */
         mm_case(w, "fused", &shapes[i], &in, 0);
+        mm_case(w, "pull", &shapes[i], &in, 0);
         if (c_nccl && c_ce) {
             int64_t count = shapes[i].m * shapes[i].n;
             int64_t bad = agmm_ref_first_mismatch(c_ce, c_nccl, count, 2);
@@ -288,8 +289,8 @@ void test_ag_matmul_ce_emulated(void)
         {67, 129, 64, AGMM_LAYOUT_COL_MAJOR, 3},   {255, 383, 136, AGMM_LAYOUT_COL_MAJOR, 4},
         {130, 96, 264, AGMM_LAYOUT_ROW_MAJOR, 2},  {1, 24, 8, AGMM_LAYOUT_COL_MAJOR, 1},
     };
-    const int sizes[] = {2, 3, 4, 8};
-    for (int wi = 0; wi < 4; wi++) {
+    const int sizes[] = {2, 3, 4, 5, 6, 7, 8};
+    for (int wi = 0; wi < 7; wi++) {
         agmm_world *w = gpu_test_world(AGMM_WORLD_EMULATED, sizes[wi], 0);
         if (w == NULL)
             continue;
@@ -301,10 +302,40 @@ void test_ag_matmul_ce_emulated(void)
             }
             mm_case(w, "ce", &shapes[i], &in, 0);
             mm_case(w, "fused", &shapes[i], &in, 0);
+            mm_case(w, "pull", &shapes[i], &in, 0);
             inputs_free(&in);
         }
         agmm_world_destroy(w);
     }
+}
+
+/* Every visible GPU as one rank each (NCCL windows, NVLink peer memory): skipped loudly below 2. */
+void test_ag_matmul_gpu_world(void)
+{
+    static const mm_shape shapes[] = {
+        {256, 256, 256, AGMM_LAYOUT_COL_MAJOR, 1}, {67, 129, 64, AGMM_LAYOUT_COL_MAJOR, 3},
+        {255, 383, 136, AGMM_LAYOUT_COL_MAJOR, 2}, {130, 96, 264, AGMM_LAYOUT_ROW_MAJOR, 2},
+    };
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 2) {
+        agmm_skip("ag_matmul GPU world: %d GPU(s) visible, this case needs 2 or more", ndev);
+        return;
+    }
+    agmm_world *w = gpu_test_world(AGMM_WORLD_GPU, ndev, 0);
+    if (w == NULL)
+        return;
+    static const char *const backends[] = {"nccl", "ce", "fused", "pull"};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        mm_inputs in;
+        if (!inputs_make(&in, ndev, &shapes[i], 3000 + i)) {
+            agmm_check(0, "ag_matmul GPU world: out of host memory");
+            continue;
+        }
+        for (int b = 0; b < 4; b++)
+            mm_case(w, backends[b], &shapes[i], &in, 0);
+        inputs_free(&in);
+    }
+    agmm_world_destroy(w);
 }
 
 typedef struct {

@@ -1,0 +1,539 @@
+/* `auto` (tune.h; docs/auto.md for users): the choice of a backend for a plan planned with
+ * backend NULL or "auto".
+ *
+ * One choice, collective:
+ *   1. Rank 0 decides how to choose, alone: the static rule where measuring is off (AGMM_TUNE=0,
+ *      or unset in the CPU world) or only one backend can run; a choice cached in its memory or
+ *      in the cache file under the plan's key; else measuring. One host exchange gives every
+ *      rank rank 0's decision, so they all make the same collective calls next.
+ *   2. Measuring: every candidate (a backend of the operation, usable in this world, with
+ *      auto_order >= 0), in table order, on every rank: planned (collective), its input filled,
+ *      one warm-up run, then RUNS_MAX runs at most, fewer where the warm-up says they would
+ *      exceed the candidate's share of BUDGET_MS, each timed alone (events on GPUs, after an L2
+ *      flush as agmm-bench does; the wall clock in the CPU world), then destroyed. After each
+ *      step the ranks exchange their figure and every rank takes the maximum (a collective run is
+ *      as slow as its slowest rank); a candidate that some rank cannot plan is dropped by all.
+ *      Every rank then holds the same numbers and picks the same fastest candidate (ties: table
+ *      order), with no broadcast needed.
+ *   3. Rank 0 remembers the choice in memory and writes it to the cache file.
+ * The cost of a new shape: the candidates' plan creations and destructions, plus per candidate
+ * one warm-up run and at most max(RUNS_MAX runs, BUDGET_MS / candidates) of timed runs; rank 0
+ * logs it at AGMM_LOG=info and agmm_tune_last has it. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "api.h"
+#include "tune.h"
+#include "../core/stats.h"
+#include "../core/validate.h"
+#ifdef AGMM_HAVE_CUDA
+#include "../world/gpu_check.h"
+#include "../world/rank_gpu.h"
+#endif
+
+#define RUNS_MAX 20
+#define BUDGET_MS 100.0
+#define KEY_BYTES 512
+/* What candidates' inputs hold while measuring: bytes of 0x3c, bf16 0x3c3c ~ 0.0115 (fp32 ~
+ * 0.0115 too): finite, non-zero, no overflow in any sum. */
+#define FILL_BYTE 0x3c
+
+/* ---- the rank's state: its in-memory cache and its last choice ---- */
+
+typedef struct {
+    char key[KEY_BYTES];
+    const agmm_backend *choice;
+} memo;
+
+typedef struct {
+    memo *memos;
+    int nmemos, cap;
+    char device[256];          /* the device's name, once asked */
+    int nccl_version;
+    agmm_tune_result last;
+    char delay_backend[32];    /* test hook (agmm_tune_set_test_delay) */
+    double delay_us;
+} tune_state;
+
+static tune_state *state_of(agmm_ctx *ctx)
+{
+    tune_state *ts = agmm_ctx_api_state(ctx);
+    if (ts == NULL) {
+        ts = calloc(1, sizeof *ts);
+        agmm_ctx_set_api_state(ctx, ts);
+    }
+    return ts;
+}
+
+const agmm_tune_result *agmm_tune_last(const agmm_ctx *ctx)
+{
+    static const agmm_tune_result none = {AGMM_TUNE_STATIC, NULL, 0, 0, 0, {NULL}, {0}};
+    const tune_state *ts = agmm_ctx_api_state(ctx);
+    return ts ? &ts->last : &none;
+}
+
+void agmm_tune_release(agmm_ctx *ctx)
+{
+    tune_state *ts = agmm_ctx_api_state(ctx);
+    if (ts == NULL)
+        return;
+    free(ts->memos);
+    free(ts);
+    agmm_ctx_set_api_state(ctx, NULL);
+}
+
+agmm_status agmm_tune_set_test_delay(agmm_ctx *ctx, const char *backend, double extra_us)
+{
+    tune_state *ts = state_of(ctx);
+    if (ts == NULL)
+        return AGMM_ERR_NO_MEMORY;
+    snprintf(ts->delay_backend, sizeof ts->delay_backend, "%s", backend ? backend : "");
+    ts->delay_us = extra_us;
+    return AGMM_SUCCESS;
+}
+
+static const agmm_backend *memo_find(const tune_state *ts, const char *key)
+{
+    for (int i = 0; i < ts->nmemos; i++)
+        if (strcmp(ts->memos[i].key, key) == 0)
+            return ts->memos[i].choice;
+    return NULL;
+}
+
+static void memo_put(tune_state *ts, const char *key, const agmm_backend *choice)
+{
+    for (int i = 0; i < ts->nmemos; i++)
+        if (strcmp(ts->memos[i].key, key) == 0) {
+            ts->memos[i].choice = choice;
+            return;
+        }
+    if (ts->nmemos == ts->cap) {
+        int cap = ts->cap ? 2 * ts->cap : 16;
+        memo *grown = realloc(ts->memos, (size_t)cap * sizeof *grown);
+        if (grown == NULL)
+            return; /* a cache that cannot grow only costs a measurement later */
+        ts->memos = grown;
+        ts->cap = cap;
+    }
+    snprintf(ts->memos[ts->nmemos].key, KEY_BYTES, "%s", key);
+    ts->memos[ts->nmemos++].choice = choice;
+}
+
+/* The device's name and NCCL's version, for keys. */
+static void identify(const agmm_ctx *ctx, tune_state *ts)
+{
+    if (ts->device[0])
+        return;
+    snprintf(ts->device, sizeof ts->device, "cpu");
+#ifdef AGMM_HAVE_CUDA
+    struct cudaDeviceProp prop;
+    if ((agmm_ctx_info(ctx)->caps & AGMM_CAP_GPU) &&
+        cudaGetDeviceProperties(&prop, agmm_ctx_info(ctx)->device) == cudaSuccess) {
+        snprintf(ts->device, sizeof ts->device, "%s", prop.name);
+        ncclGetVersion(&ts->nccl_version);
+    }
+#endif
+}
+
+/* ---- candidates and the static rule ---- */
+
+/* The backends auto may choose for op in this world, in table order; returns how many. */
+static int candidates(const agmm_ctx *ctx, agmm_op op, const agmm_backend **out)
+{
+    int n = 0;
+    for (int i = 0; agmm_backend_at(op, i) != NULL && n < AGMM_TUNE_MAX_CANDIDATES; i++) {
+        const agmm_backend *b = agmm_backend_at(op, i);
+        if (b->auto_order >= 0 && agmm_backend_usable(b, agmm_ctx_world(ctx), NULL, 0) != NULL)
+            out[n++] = b;
+    }
+    return n;
+}
+
+/* The static rule: the candidate with the smallest auto_order. */
+static const agmm_backend *static_choice(const agmm_backend *const *cand, int n)
+{
+    const agmm_backend *best = cand[0];
+    for (int i = 1; i < n; i++)
+        if (cand[i]->auto_order < best->auto_order)
+            best = cand[i];
+    return best;
+}
+
+static int table_index(agmm_op op, const agmm_backend *b)
+{
+    for (int i = 0; agmm_backend_at(op, i) != NULL; i++)
+        if (agmm_backend_at(op, i) == b)
+            return i;
+    return -1;
+}
+
+/* ---- measuring ---- */
+
+/* What measuring one plan's candidates needs on this rank: a stream, timers, an L2 flush, and
+ * the io buffers every candidate runs with. */
+typedef struct {
+    agmm_ctx *ctx;
+    agmm_op op;
+    const void *desc;
+    int gpu;
+    void *stream;               /* the runs' cudaStream_t; NULL in the CPU world */
+#ifdef AGMM_HAVE_CUDA
+    cudaEvent_t events[2 * RUNS_MAX]; /* start and stop of each timed run */
+#endif
+    void *flush;
+    size_t flush_bytes;
+    void *buf[3];               /* ag_matmul: B, the gathered A, C; all_reduce: out */
+    size_t buf_bytes[3];
+} session;
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+}
+
+static size_t input_bytes(const session *se)
+{
+    if (se->op == AGMM_OP_AG_MATMUL) {
+        const agmm_ag_matmul_desc *d = se->desc;
+        return (size_t)(d->m * d->k) * 2;
+    }
+    const agmm_all_reduce_desc *d = se->desc;
+    return (size_t)d->n * agmm_dtype_bytes(d->dtype);
+}
+
+/* Fills `bytes` of the rank's memory with FILL_BYTE (ordered before the runs on the stream). */
+static agmm_status fill(session *se, void *p, size_t bytes)
+{
+    agmm_status st = AGMM_SUCCESS;
+    if (!se->gpu) {
+        memset(p, FILL_BYTE, bytes);
+        return st;
+    }
+#ifdef AGMM_HAVE_CUDA
+    AGMM_CUDA_TRY(st, agmm_ctx_err(se->ctx), cudaMemsetAsync(p, FILL_BYTE, bytes, (cudaStream_t)se->stream));
+fail:
+#endif
+    return st;
+}
+
+static void session_close(session *se)
+{
+    for (int i = 0; i < 3; i++) {
+        if (!se->gpu)
+            free(se->buf[i]);
+#ifdef AGMM_HAVE_CUDA
+        else
+            cudaFree(se->buf[i]);
+#endif
+    }
+#ifdef AGMM_HAVE_CUDA
+    if (se->gpu) {
+        cudaFree(se->flush);
+        for (int i = 0; i < 2 * RUNS_MAX; i++)
+            if (se->events[i])
+                cudaEventDestroy(se->events[i]);
+        if (se->stream)
+            cudaStreamDestroy((cudaStream_t)se->stream);
+        cudaGetLastError();
+    }
+#endif
+}
+
+static agmm_status session_open(session *se)
+{
+    agmm_status st = AGMM_SUCCESS;
+    agmm_error *err = agmm_ctx_err(se->ctx);
+    const agmm_rank_info *ri = agmm_ctx_info(se->ctx);
+    if (se->op == AGMM_OP_AG_MATMUL) {
+        const agmm_ag_matmul_desc *d = se->desc;
+        se->buf_bytes[0] = (size_t)(d->k * d->n) * 2;
+        se->buf_bytes[1] = (size_t)ri->nranks * (size_t)(d->m * d->k) * 2;
+        se->buf_bytes[2] = (size_t)ri->nranks * (size_t)(d->m * d->n) * 2;
+    } else {
+        se->buf_bytes[0] = input_bytes(se);
+    }
+    se->gpu = (ri->caps & AGMM_CAP_GPU) != 0;
+    if (!se->gpu) {
+        for (int i = 0; i < 3 && se->buf_bytes[i]; i++) {
+            se->buf[i] = aligned_alloc(64, (se->buf_bytes[i] + 63) / 64 * 64);
+            if (se->buf[i] == NULL)
+                return AGMM_FAIL(err, AGMM_ERR_NO_MEMORY, "rank %d: auto's measuring buffers (%zu bytes)", ri->rank,
+                                 se->buf_bytes[i]);
+            memset(se->buf[i], FILL_BYTE, se->buf_bytes[i]);
+        }
+        return st;
+    }
+#ifdef AGMM_HAVE_CUDA
+    int l2 = 0;
+    cudaStream_t s = NULL;
+    AGMM_CUDA_TRY(st, err, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    se->stream = s;
+    for (int i = 0; i < 2 * RUNS_MAX; i++)
+        AGMM_CUDA_TRY(st, err, cudaEventCreate(&se->events[i]));
+    /* Twice the L2: what a flush must overwrite so that no run finds its operands cached. */
+    AGMM_CUDA_TRY(st, err, cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, ri->device));
+    se->flush_bytes = 2 * (size_t)l2;
+    AGMM_CUDA_TRY(st, err, cudaMalloc(&se->flush, se->flush_bytes));
+    for (int i = 0; i < 3 && se->buf_bytes[i]; i++) {
+        AGMM_CUDA_TRY(st, err, cudaMalloc(&se->buf[i], se->buf_bytes[i]));
+        AGMM_TRY(st, fill(se, se->buf[i], se->buf_bytes[i]));
+    }
+    AGMM_CUDA_TRY(st, err, cudaStreamSynchronize((cudaStream_t)se->stream));
+fail:
+#endif
+    return st;
+}
+
+static agmm_status plan_candidate(session *se, const agmm_backend *b, agmm_plan **p)
+{
+    if (se->op == AGMM_OP_AG_MATMUL) {
+        agmm_ag_matmul_desc d = *(const agmm_ag_matmul_desc *)se->desc;
+        d.backend = b->name;
+        return agmm_plan_ag_matmul(p, se->ctx, &d);
+    }
+    agmm_all_reduce_desc d = *(const agmm_all_reduce_desc *)se->desc;
+    d.backend = b->name;
+    return agmm_plan_all_reduce(p, se->ctx, &d);
+}
+
+static agmm_status run_once(session *se, agmm_plan *p)
+{
+    if (se->op == AGMM_OP_AG_MATMUL) {
+        agmm_ag_matmul_io io = {.b = se->buf[0], .a_gathered = se->buf[1], .c = se->buf[2]};
+        return agmm_ag_matmul(p, &io, se->stream);
+    }
+    agmm_all_reduce_io io = {.out = se->buf[0]};
+    return agmm_all_reduce(p, &io, se->stream);
+}
+
+/* n runs of p (n <= RUNS_MAX), each timed alone: us[i] in microseconds. */
+static agmm_status time_runs(session *se, agmm_plan *p, int n, double *us)
+{
+    agmm_status st = AGMM_SUCCESS;
+    if (!se->gpu) {
+        for (int i = 0; i < n && st == AGMM_SUCCESS; i++) {
+            double t0 = now_ms();
+            st = run_once(se, p); /* blocking in the CPU world */
+            us[i] = 1e3 * (now_ms() - t0);
+        }
+        return st;
+    }
+#ifdef AGMM_HAVE_CUDA
+    agmm_error *err = agmm_ctx_err(se->ctx);
+    cudaStream_t s = (cudaStream_t)se->stream;
+    for (int i = 0; i < n; i++) {
+        AGMM_CUDA_TRY(st, err, cudaMemsetAsync(se->flush, i & 1, se->flush_bytes, s));
+        AGMM_CUDA_TRY(st, err, cudaEventRecord(se->events[2 * i], s));
+        AGMM_TRY(st, run_once(se, p));
+        AGMM_CUDA_TRY(st, err, cudaEventRecord(se->events[2 * i + 1], s));
+    }
+    AGMM_CUDA_TRY(st, err, cudaStreamSynchronize(s));
+    AGMM_TRY(st, agmm_ctx_sync(se->ctx));
+    for (int i = 0; i < n; i++) {
+        float ms = 0;
+        AGMM_CUDA_TRY(st, err, cudaEventElapsedTime(&ms, se->events[2 * i], se->events[2 * i + 1]));
+        us[i] = 1e3 * (double)ms;
+    }
+fail:
+#endif
+    return st;
+}
+
+/* Every rank's `mine`; *out = their maximum, or -1 if any rank gave a negative value (a failure
+ * there). Collective. */
+static agmm_status agree_max(agmm_ctx *ctx, double mine, double *out)
+{
+    double all[AGMM_MAX_RANKS];
+    agmm_status st = agmm_host_exchange(ctx, &mine, sizeof mine, all);
+    if (st != AGMM_SUCCESS)
+        return st;
+    *out = all[0];
+    for (int r = 1; r < agmm_ctx_info(ctx)->nranks; r++)
+        *out = (all[r] < 0 || *out < 0) ? -1 : fmax(*out, all[r]);
+    return AGMM_SUCCESS;
+}
+
+/* Measures one candidate: *us = the slowest rank's median, or -1 if some rank could not plan it.
+ * A failed run is an error for every rank (the ranks are out of step). */
+static agmm_status measure_one(session *se, const agmm_backend *b, double share_ms, double *us, int *runs)
+{
+    agmm_ctx *ctx = se->ctx;
+    agmm_error *err = agmm_ctx_err(ctx);
+    agmm_plan *p = NULL;
+    double agreed = -1, t[RUNS_MAX];
+    agmm_status st = plan_candidate(se, b, &p), ast;
+    *us = -1;
+    ast = agree_max(ctx, st == AGMM_SUCCESS ? 0.0 : -1.0, &agreed);
+    if (ast == AGMM_SUCCESS && agreed < 0) {
+        agmm_log(agmm_ctx_info(ctx)->log_level, AGMM_LOG_DEBUG, agmm_ctx_info(ctx)->rank,
+                 "auto: %s/%s left out: a rank could not plan it (here: %s)", agmm_op_name(se->op), b->name,
+                 st == AGMM_SUCCESS ? "planned" : agmm_last_error(ctx));
+        agmm_plan_destroy(p);
+        agmm_error_clear(err);
+        return AGMM_SUCCESS;
+    }
+    /* The warm-up run, whose time (the slowest rank's) sets how many runs fit in the share. */
+    if (ast == AGMM_SUCCESS) {
+        st = fill(se, agmm_plan_input(p), input_bytes(se));
+        if (st == AGMM_SUCCESS)
+            st = time_runs(se, p, 1, t);
+        ast = agree_max(ctx, st == AGMM_SUCCESS ? t[0] : -1.0, &agreed);
+    }
+    if (ast == AGMM_SUCCESS && agreed >= 0) {
+        *runs = agreed > 0 ? (int)fmin(RUNS_MAX, fmax(1, floor(1e3 * share_ms / agreed))) : RUNS_MAX;
+        agmm_stats stats = {0};
+        st = time_runs(se, p, *runs, t);
+        const tune_state *ts = agmm_ctx_api_state(ctx);
+        for (int i = 0; strcmp(ts->delay_backend, b->name) == 0 && i < *runs; i++)
+            t[i] += ts->delay_us;
+        if (st == AGMM_SUCCESS)
+            agmm_stats_compute(t, *runs, &stats);
+        ast = agree_max(ctx, st == AGMM_SUCCESS ? stats.median : -1.0, us);
+    }
+    if (ast == AGMM_SUCCESS && (agreed < 0 || *us < 0))
+        ast = st != AGMM_SUCCESS ? st
+                                 : AGMM_FAIL(err, AGMM_ERR_INTERNAL,
+                                             "rank %d: backend=auto: a run of %s/%s failed on another rank while "
+                                             "measuring it: the ranks are out of step",
+                                             agmm_ctx_info(ctx)->rank, agmm_op_name(se->op), b->name);
+    agmm_plan_destroy(p);
+    return ast;
+}
+
+/* Step 2 of the header comment: fills r (choice, candidates' times, cost). Collective. */
+static agmm_status measure(agmm_ctx *ctx, agmm_op op, const void *desc, const agmm_backend *const *cand, int n,
+                           agmm_tune_result *r)
+{
+    double t0 = now_ms();
+    session se = {.ctx = ctx, .op = op, .desc = desc};
+    agmm_status st = session_open(&se);
+    double agreed = -1;
+    agmm_status ast = agree_max(ctx, st == AGMM_SUCCESS ? 0.0 : -1.0, &agreed);
+    if (ast == AGMM_SUCCESS && agreed < 0) {
+        /* Memory for measuring is missing on some rank: every rank falls back to the rule. */
+        agmm_log(agmm_ctx_info(ctx)->log_level, AGMM_LOG_WARN, agmm_ctx_info(ctx)->rank,
+                 "auto: cannot measure %s (a rank lacks memory for it%s%s): using the static rule", agmm_op_name(op),
+                 st == AGMM_SUCCESS ? "" : ": ", st == AGMM_SUCCESS ? "" : agmm_last_error(ctx));
+        agmm_error_clear(agmm_ctx_err(ctx));
+        r->how = AGMM_TUNE_STATIC;
+        r->choice = static_choice(cand, n);
+    }
+    int best = -1;
+    for (int i = 0; ast == AGMM_SUCCESS && agreed >= 0 && i < n; i++) {
+        int runs = 0;
+        r->cand[i] = cand[i];
+        ast = measure_one(&se, cand[i], BUDGET_MS / n, &r->cand_us[i], &runs);
+        r->ncand = i + 1;
+        if (runs > r->runs)
+            r->runs = runs;
+        if (r->cand_us[i] >= 0 && (best < 0 || r->cand_us[i] < r->cand_us[best]))
+            best = i;
+    }
+    if (best >= 0)
+        r->choice = cand[best];
+    session_close(&se);
+    r->tune_ms = now_ms() - t0;
+    if (ast == AGMM_SUCCESS && r->choice == NULL)
+        ast = AGMM_FAIL(agmm_ctx_err(ctx), AGMM_ERR_UNSUPPORTED,
+                        "backend=auto: none of the %d backends of %s that run in this world could be planned", n,
+                        agmm_op_name(op));
+    return ast;
+}
+
+/* ---- the choice ---- */
+
+/* Rank 0's decision, sent to every rank: how, and the backend's index in the table of op
+ * (-1: measure). */
+typedef struct {
+    int32_t how, index;
+} decision;
+
+/* Step 1 of the header comment, on rank 0. key: the plan's key, filled where measuring is on. */
+static decision decide(agmm_ctx *ctx, tune_state *ts, agmm_op op, const void *desc, const agmm_backend *const *cand,
+                       int n, char *key)
+{
+    const agmm_rank_info *ri = agmm_ctx_info(ctx);
+    const char *env = getenv("AGMM_TUNE");
+    int on = env && env[0] ? strcmp(env, "0") != 0 : (ri->caps & AGMM_CAP_GPU) != 0;
+    decision d = {AGMM_TUNE_STATIC, table_index(op, static_choice(cand, n))};
+    if (!on || n == 1)
+        return d;
+    identify(ctx, ts);
+    agmm_tune_key(ctx, op, desc, ts->device, ts->nccl_version, key, KEY_BYTES);
+    const agmm_backend *b = memo_find(ts, key);
+    if (b != NULL)
+        return (decision){AGMM_TUNE_MEMORY, table_index(op, b)};
+    char path_buf[4096], name[64], why[512] = "";
+    const char *path = agmm_tune_cache_path(path_buf, sizeof path_buf);
+    int found = path ? agmm_tune_file_lookup(path, key, name, sizeof name, why, sizeof why) : 0;
+    if (found < 0)
+        agmm_log(ri->log_level, AGMM_LOG_WARN, ri->rank, "auto: ignoring the tuning cache: %s", why);
+    b = found > 0 ? agmm_backend_find(op, name) : NULL;
+    for (int i = 0; b != NULL && i < n; i++)
+        if (cand[i] == b) {
+            memo_put(ts, key, b);
+            return (decision){AGMM_TUNE_FILE, table_index(op, b)};
+        }
+    return (decision){AGMM_TUNE_MEASURED, -1};
+}
+
+/* Step 3, on rank 0: the log line, the memory and the file. */
+static void remember(agmm_ctx *ctx, tune_state *ts, agmm_op op, const char *key, const agmm_tune_result *r)
+{
+    const agmm_rank_info *ri = agmm_ctx_info(ctx);
+    char detail[512];
+    int used = 0;
+    for (int i = 0; i < r->ncand && used < (int)sizeof detail; i++)
+        used += snprintf(detail + used, sizeof detail - (size_t)used, r->cand_us[i] >= 0 ? "%s=%.1fus " : "%s=- ",
+                         r->cand[i]->name, r->cand_us[i]);
+    if (used < (int)sizeof detail)
+        snprintf(detail + used, sizeof detail - (size_t)used, "runs=%d tune_ms=%.1f", r->runs, r->tune_ms);
+    agmm_log(ri->log_level, AGMM_LOG_INFO, ri->rank, "auto: %s -> %s (measured: %s)", key, r->choice->name, detail);
+    memo_put(ts, key, r->choice);
+    char path_buf[4096], why[512] = "";
+    const char *path = agmm_tune_cache_path(path_buf, sizeof path_buf);
+    if (path && agmm_tune_file_store(path, key, r->choice->name, detail, why, sizeof why) != 0)
+        agmm_log(ri->log_level, AGMM_LOG_WARN, ri->rank, "auto: the choice is not cached on disk: %s", why);
+}
+
+agmm_status agmm_tune_choose(agmm_ctx *ctx, agmm_op op, const void *desc, const agmm_backend **out)
+{
+    const agmm_rank_info *ri = agmm_ctx_info(ctx);
+    agmm_error *err = agmm_ctx_err(ctx);
+    tune_state *ts = state_of(ctx);
+    if (ts == NULL)
+        return AGMM_FAIL(err, AGMM_ERR_NO_MEMORY, "rank %d: auto's state allocation failed", ri->rank);
+    const agmm_backend *cand[AGMM_TUNE_MAX_CANDIDATES];
+    int n = candidates(ctx, op, cand);
+    if (n == 0)
+        return AGMM_FAIL(err, AGMM_ERR_UNSUPPORTED, "backend=auto: no backend of %s runs in this world",
+                         agmm_op_name(op));
+    char key[KEY_BYTES] = "";
+    decision mine = {AGMM_TUNE_STATIC, -1}, all[AGMM_MAX_RANKS];
+    if (ri->rank == 0)
+        mine = decide(ctx, ts, op, desc, cand, n, key);
+    agmm_status st = agmm_host_exchange(ctx, &mine, sizeof mine, all);
+    if (st != AGMM_SUCCESS)
+        return st;
+    agmm_tune_result r = {.how = (agmm_tune_how)all[0].how};
+    if (r.how == AGMM_TUNE_MEASURED) {
+        st = measure(ctx, op, desc, cand, n, &r);
+        if (st != AGMM_SUCCESS)
+            return st;
+        if (ri->rank == 0 && r.how == AGMM_TUNE_MEASURED)
+            remember(ctx, ts, op, key, &r);
+    } else {
+        r.choice = agmm_backend_at(op, all[0].index);
+        if (r.choice == NULL || agmm_backend_usable(r.choice, agmm_ctx_world(ctx), NULL, 0) == NULL)
+            return AGMM_FAIL(err, AGMM_ERR_INTERNAL, "rank %d: backend=auto: rank 0 chose backend #%d of %s, which "
+                             "this rank cannot run", ri->rank, all[0].index, agmm_op_name(op));
+    }
+    ts->last = r;
+    *out = r.choice;
+    return AGMM_SUCCESS;
+}
