@@ -14,18 +14,11 @@
 # torch_bench.py options, e.g. --shapes 256:4096:256).
 set -u -o pipefail
 BUILD=${1:-build}
-OUT=${OUT:-$PWD/out}
 STEP_TIMEOUT=${STEP_TIMEOUT:-200}
-mkdir -p "$OUT"
+. "$(dirname "$0")/gpu_env.sh"          # no multicast; the wheel's NCCL, which libagmm.so's headers match
 LOG=$OUT/torch_run.log
 : >"$LOG"
-
-# Never NVLink multicast (gpu-machine.md), for every program started from here.
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-32}
-# libagmm.so was built against NCCL 2.28.9's headers: the PyTorch wheel's NCCL is that one.
-NCCL_PKG=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null || true)
-[ -n "$NCCL_PKG" ] && export LD_LIBRARY_PATH=$NCCL_PKG/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+echo "$NCCL_NOTE" | tee -a "$LOG"
 
 if [ ! -f "$BUILD/libagmm.so" ]; then
     echo "no $BUILD/libagmm.so: building it" | tee -a "$LOG"
