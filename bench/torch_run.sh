@@ -10,11 +10,13 @@
 #
 # Carry: BUILD_DIR (libagmm.so) and, where the machine's Python has no pytest, .whl/ with its
 # wheels (made on a development machine by `python3 -m pip download pytest -d .whl`).
-# Environment: OUT (default ./out), STEP_TIMEOUT (seconds per step, default 200), BENCH_ARGS (extra
-# torch_bench.py options, e.g. --shapes 256:4096:256).
+# Environment: OUT (default ./out), PYTEST_TIMEOUT (default 120 s) and BENCH_TIMEOUT (default 150 s)
+# bound the two steps, BENCH_ARGS (extra torch_bench.py options, e.g. --shapes 256:4096:256). The
+# benchmark prints a line per shape as it goes, so a step cut short still brings back what it did.
 set -u -o pipefail
 BUILD=${1:-build}
-STEP_TIMEOUT=${STEP_TIMEOUT:-200}
+PYTEST_TIMEOUT=${PYTEST_TIMEOUT:-120}
+BENCH_TIMEOUT=${BENCH_TIMEOUT:-150}
 . "$(dirname "$0")/gpu_env.sh"          # no multicast; the wheel's NCCL, which libagmm.so's headers match
 LOG=$OUT/torch_run.log
 : >"$LOG"
@@ -39,17 +41,18 @@ if ! python3 -c 'import pytest' 2>/dev/null && [ -d .whl ]; then
     python3 -m pip install --no-index --find-links .whl --target "$SITE" pytest >>"$LOG" 2>&1
 fi
 
-echo "== torchrun --nproc-per-node 1 -m pytest python/tests" | tee -a "$LOG"
+# The torch tests first (pytest runs a file named twice once): the rest are CI's too.
+echo "== torchrun --nproc-per-node 1 -m pytest python/tests/test_torch.py python/tests" | tee -a "$LOG"
 if PYTHONPATH=$PYTHONPATH:$SITE python3 -c 'import pytest' 2>/dev/null; then
-    PYTHONPATH=$PYTHONPATH:$SITE timeout "$STEP_TIMEOUT" torchrun --nproc-per-node 1 -m pytest -q -s python/tests \
-        >>"$LOG" 2>&1
+    PYTHONPATH=$PYTHONPATH:$SITE timeout "$PYTEST_TIMEOUT" torchrun --nproc-per-node 1 -m pytest -q -s \
+        python/tests/test_torch.py python/tests >>"$LOG" 2>&1
     echo "pytest exit $?" >>"$LOG"
 else
     echo "NOT RUN: no pytest here and no .whl/ to install it from (see the header of this script)" | tee -a "$LOG"
 fi
 
 echo "== torchrun --nproc-per-node 1 bench/torch_bench.py --out $OUT ${BENCH_ARGS:-}" | tee "$OUT/torch_bench.log"
-timeout "$STEP_TIMEOUT" torchrun --nproc-per-node 1 bench/torch_bench.py --out "$OUT" ${BENCH_ARGS:-} \
+timeout "$BENCH_TIMEOUT" torchrun --nproc-per-node 1 bench/torch_bench.py --out "$OUT" ${BENCH_ARGS:-} \
     >>"$OUT/torch_bench.log" 2>&1
 echo "torch_bench.py exit $?" >>"$OUT/torch_bench.log"
 
