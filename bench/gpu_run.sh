@@ -10,29 +10,14 @@
 # AGMM_GPUTEST_PERF (default 1: the ce-vs-nccl timing case), SKIP_BENCH=1, BENCH_ARGS (extra
 # agmm-bench options for every sweep), STEP_TIMEOUT (seconds per step, default 240), SANITIZE=0
 # (skip compute-sanitizer), SAN_TIMEOUT (seconds per sanitizer tool, default 150).
-#
-# NCCL: the device API reads structs the library fills, so the library must match the headers we
-# built with (2.28.9). On the GPU machine the system NCCL is 2.28.3; the PyTorch wheel holds 2.28.9.
+# The environment (no multicast, the wheel's NCCL 2.28.9 matching our headers): bench/gpu_env.sh.
 set -u -o pipefail
 BUILD=${1:-build}
-OUT=${OUT:-$PWD/out}
 STEP_TIMEOUT=${STEP_TIMEOUT:-240}
-mkdir -p "$OUT"
+. "$(dirname "$0")/gpu_env.sh"
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
-
-# Never NVLink multicast (gpu-machine.md): kept for every program started from here.
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-# Emulated ranks bring two streams each: enough hardware queues that none alias (world_gpu.c).
-export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-32}
-
-NCCL_PKG=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null || true)
-if [ -n "$NCCL_PKG" ] && [ -e "$NCCL_PKG/lib/libnccl.so.2" ]; then
-    export LD_LIBRARY_PATH=$NCCL_PKG/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    echo "NCCL from the PyTorch wheel: $NCCL_PKG/lib" | tee -a "$SUMMARY"
-else
-    echo "NCCL: no PyTorch wheel NCCL found; using the default search path" | tee -a "$SUMMARY"
-fi
+echo "$NCCL_NOTE" | tee -a "$SUMMARY"
 
 { nvidia-smi; nvidia-smi topo -m; } >"$OUT/nvidia-smi.txt" 2>&1 || echo "nvidia-smi failed" >>"$OUT/nvidia-smi.txt"
 head -20 "$OUT/nvidia-smi.txt"

@@ -4,8 +4,10 @@
     python3 bench/plot.py docs/results/ag_matmul_w1.csv -o ag_matmul_w1.png
     python3 bench/plot.py docs/results/ag_matmul_w1.csv --metric tflops -o tflops.png
     python3 bench/plot.py docs/results/all_reduce_w1.csv --metric busbw_gbps -o ar.png
+    python3 bench/plot.py out/torch_ag_matmul.csv --metric speedup_vs_best_torch -o vs_torch.png
 
-Reads the CSV that `agmm-bench --csv` writes; only cells whose state is "ok" are drawn. Needs
+Reads the CSV that `agmm-bench --csv` writes, or bench/torch_bench.py's (the same columns, plus
+speedup_vs_best_torch on agmm's rows); only cells whose state is "ok" are drawn. Needs
 matplotlib (not a dependency of the library or of the tests).
 """
 import argparse
@@ -17,7 +19,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("csv", help="a CSV written by agmm-bench --csv")
     ap.add_argument("--metric", default="mean_us",
-                    help="column to draw: mean_us (default), median_us, tflops, busbw_gbps, algbw_gbps, speedup_vs_nccl")
+                    help="column to draw: mean_us (default), median_us, tflops, busbw_gbps, algbw_gbps, speedup_vs_nccl, "
+                         "speedup_vs_best_torch (torch_bench.py's CSV)")
     ap.add_argument("-o", "--output", default="agmm.png", help="PNG to write (default agmm.png)")
     args = ap.parse_args()
 

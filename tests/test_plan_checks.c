@@ -211,6 +211,8 @@ typedef struct {
     agmm_ag_matmul_desc mm[AG_W];
     agmm_all_reduce_desc ar[AG_W];
     const char *needle;           /* what every rank's message must contain; NULL: they agree */
+    int own;                      /* >= 0: this rank's own check failed: it keeps its message, the
+                                     others name it ("rank R: ..."); -1: every message is the same */
     agmm_status status[AG_W], after[AG_W];
     char msg[AG_W][AGMM_ERROR_LEN];
     int exact[AG_W];
@@ -245,8 +247,10 @@ void test_plan_agreement(void)
         {.what = "rank 1 has two_shot", .all_reduce = 1, .ar = {ar, ar, ar}, .needle = "rank 1 all_reduce/two_shot"},
         {.what = "rank 1 names auto, the others ce", .mm = {mm, mm, mm},
          .needle = "rank 1 ag_matmul/auto M=16 N=24 K=32 b_layout=col splits=1 (rank 1 differs"},
-        {.what = "rank 2 has K=7 (invalid)", .mm = {mm, mm, mm}, .needle = "rank 2: K=7 is not a multiple of 8"},
+        {.what = "rank 2 has K=7 (invalid)", .mm = {mm, mm, mm}, .needle = "K=7 is not a multiple of 8", .own = 2},
     };
+    for (size_t i = 0; i + 1 < sizeof cases / sizeof *cases; i++)
+        cases[i].own = -1;
     cases[0].mm[1].m = 32;
     cases[1].mm[1].backend = cases[1].mm[2].backend = "fused";
     cases[2].mm[2].b_layout = AGMM_LAYOUT_ROW_MAJOR;
@@ -264,14 +268,19 @@ void test_plan_agreement(void)
         }
         int ok = world != NULL, after = 1;
         for (int r = 0; r < AG_W; r++) {
+            char named[16];
+            snprintf(named, sizeof named, "rank %d: ", job->own);
             ok &= job->needle ? job->status[r] == AGMM_ERR_INVALID_ARG && strstr(job->msg[r], job->needle) &&
-                                    strcmp(job->msg[r], job->msg[0]) == 0
+                                    (job->own < 0 ? strcmp(job->msg[r], job->msg[0]) == 0
+                                                  : (r == job->own) == (strstr(job->msg[r], named) == NULL))
                               : job->status[r] == AGMM_SUCCESS;
             after &= job->after[r] == AGMM_SUCCESS && job->exact[r];
         }
         agmm_check(ok && after, "%s %s: %s on every rank%s%s; a correct plan afterwards runs exactly",
                    job->all_reduce ? "all_reduce" : "ag_matmul", job->what,
-                   job->needle ? "AGMM_ERR_INVALID_ARG, the same message" : "the plan is made",
+                   !job->needle ? "the plan is made"
+                   : job->own < 0 ? "AGMM_ERR_INVALID_ARG, the same message"
+                                  : "AGMM_ERR_INVALID_ARG, the failing rank's own message, the others naming it",
                    job->needle ? ": " : "", job->needle ? job->msg[0] : "");
     }
 }

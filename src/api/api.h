@@ -76,7 +76,8 @@ agmm_status agmm_plan_agree(agmm_plan *plan, uint64_t input_bytes);
 /* Collective, before a backend is chosen: every rank's request (the descriptor as the operation
  * describes it, with the backend it named, "auto" for NULL) and its own verdict on it so far
  * (`mine`: the descriptor check and the named backend's resolution; the detail in the rank's
- * error record). A rank that failed makes every rank fail with its status and message; ranks
+ * error record). A rank that failed keeps its own error, and every other rank fails with the first
+ * failing rank's status and message ("rank R: ..."); ranks
  * that asked for different things get AGMM_ERR_INVALID_ARG on every rank. So `auto`'s collective
  * choice (tune.c) starts only where every rank asked for it, and a bad descriptor on one rank is
  * an error on all, not a timeout. */

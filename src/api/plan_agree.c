@@ -123,6 +123,9 @@ agmm_status agmm_plan_agree_request(agmm_ctx *ctx, agmm_op op, const void *desc,
     if (all == NULL)
         return AGMM_FAIL(err, AGMM_ERR_NO_MEMORY, "plan requests of %d ranks: allocation failed", nranks);
     agmm_status st = agmm_host_exchange(ctx, &me, sizeof me, all);
+    /* A rank that failed keeps its own error; the others take the first failing rank's. */
+    if (st == AGMM_SUCCESS && mine != AGMM_SUCCESS)
+        st = mine;
     for (int r = 0; st == AGMM_SUCCESS && r < nranks; r++)
         if (all[r].status != AGMM_SUCCESS) {
             agmm_error_clear(err);

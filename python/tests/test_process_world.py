@@ -1,0 +1,60 @@
+"""The numpy level's process mode: N processes started with torchrun's variables form one CPU world
+(agmm_world_join), from the launcher's environment and from an explicit unique id. Skipped, loudly,
+while this libagmm answers UNSUPPORTED to a join (process worlds are issue 13's)."""
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+import agmm
+import agmm.numpy as anp
+
+WORKER = os.path.join(os.path.dirname(__file__), "process_worker.py")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(nranks, seed, unique_id=None):
+    port = free_port()
+    procs = []
+    package = os.path.dirname(os.path.dirname(agmm.__file__))
+    for rank in range(nranks):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(nranks), LOCAL_RANK=str(rank),
+                   LOCAL_WORLD_SIZE=str(nranks), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   AGMM_TEST_SEED=str(seed), PYTHONPATH=package)
+        if unique_id is not None:
+            env["AGMM_TEST_UNIQUE_ID"] = unique_id.hex()
+        procs.append(subprocess.Popen([sys.executable, WORKER], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    outputs = []
+    for p in procs:
+        try:
+            outputs.append((p.wait(timeout=120), p.stdout.read()))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail("a rank of the process world did not finish within 120 s")
+    unsupported = [out for rc, out in outputs if rc == 77]
+    if unsupported:
+        pytest.skip("SKIPPED LOUDLY: this libagmm cannot join a process world: " + unsupported[0].strip())
+    for rank, (rc, out) in enumerate(outputs):
+        assert rc == 0 and "OK rank" in out, f"rank {rank} exit {rc}:\n{out}"
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_process_world_from_the_launchers_variables(nranks, seed):
+    launch(nranks, seed)
+
+
+def test_process_world_from_an_explicit_unique_id(seed):
+    try:
+        uid = anp.unique_id("cpu")
+    except agmm.Unsupported as e:
+        pytest.skip(f"SKIPPED LOUDLY: agmm_unique_id_create answers UNSUPPORTED in this libagmm: {e}")
+    launch(2, seed, uid)
