@@ -332,8 +332,11 @@ static void edit_choice(const char *path, const char *backend)
     while (fgets(line, sizeof line, f)) {
         char *tab = strchr(line, '\t');
         if (line[0] != '#' && tab) {
-            char *rest = strchr(tab + 1, '\t');
-            snprintf(tab + 1, sizeof line - (size_t)(tab + 1 - line), "%s%s", backend, rest ? rest : "\n");
+            /* The rest of the line is copied out first: it would overlap its own destination. */
+            char rest[1024];
+            const char *r = strchr(tab + 1, '\t');
+            snprintf(rest, sizeof rest, "%s", r ? r : "\n");
+            snprintf(tab + 1, sizeof line - (size_t)(tab + 1 - line), "%s%s", backend, rest);
         }
         strncat(text, line, sizeof text - strlen(text) - 1);
     }
