@@ -32,6 +32,7 @@ void test_fault_spec(void)
     } good[] = {
         {"rank=1,at=run,action=hang", AGMM_FAULT_HANG, AGMM_FAULT_AT_RUN, 1, -1},
         {"rank=0,at=create,action=exit", AGMM_FAULT_EXIT, AGMM_FAULT_AT_CREATE, 0, -1},
+        {"rank=2,at=join,action=hang,ms=10", AGMM_FAULT_HANG, AGMM_FAULT_AT_JOIN, 2, 10},
         {"action=delay,ms=250,at=plan,rank=63", AGMM_FAULT_DELAY, AGMM_FAULT_AT_PLAN, 63, 250},
         {"rank=any,at=run,action=delay,ms=0", AGMM_FAULT_DELAY, AGMM_FAULT_AT_RUN, AGMM_FAULT_ANY_RANK, 0},
         {"rank=2,at=plan,action=hang,ms=3600000", AGMM_FAULT_HANG, AGMM_FAULT_AT_PLAN, 2, 3600000},
@@ -63,7 +64,8 @@ void test_fault_spec(void)
         {"rank=64,at=run,action=exit", "rank=64: R must be a rank"},
         {"rank=-1,at=run,action=exit", "rank=-1: R must be"},
         {"rank=,at=run,action=exit", "rank=: R must be"},
-        {"rank=1,at=join,action=exit", "at=join: POINT must be create, plan or run"},
+        {"rank=1,at=start,action=exit", "at=start: POINT must be join, create, plan or run"},
+        {"rank=1,at=joins,action=exit", "at=joins: POINT must be"},
         {"rank=1,at=run,action=crash", "action=crash: ACTION must be delay, hang or exit"},
         {"rank=1,at=run,action=hang,ms=3600001", "ms=3600001: N must be milliseconds"},
         {"rank=1,at=run,action=hang,ms=1e3", "ms=1e3: N must be"},
