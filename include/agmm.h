@@ -188,7 +188,8 @@ typedef struct {
  * "skipped: ..." (agmm_backend_available) and `auto` takes `nccl`. On failure *world is NULL and
  * errbuf holds the detail (which variable is missing, which rank never came); every rank that
  * got as far as meeting its peers fails with the same reason. Statuses as agmm_world_create,
- * plus AGMM_ERR_TIMEOUT. agmm_world_destroy is then local. */
+ * plus AGMM_ERR_TIMEOUT, and AGMM_ERR_INVALID_ARG for a malformed AGMM_FAULT (README; its `join`
+ * point is here). agmm_world_destroy is then local. */
 agmm_status agmm_world_join(agmm_world **world, const agmm_join_config *config, char *errbuf, size_t errbuf_len);
 
 /* Creates the context of global rank `rank` (one of this process's local ranks). Collective over

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The test command's body: the CPU test binary, the command-line tests, worlds of processes
-# (process_test.sh), then the installed library and its examples (install_test.sh); one closing
-# line "N passed, N failed, N skipped" summing them.
+# (process_test.sh) and faults injected in them (fault_process_test.sh), then the installed library
+# and its examples (install_test.sh); one closing line "N passed, N failed, N skipped" summing them.
 set -u
 test_bin=${1:-build/agmm-test}
 here=$(dirname "$0")
 total_p=0 total_f=0 total_s=0 status=0
-for cmd in "$test_bin" "$here/cli_test.sh" "$here/process_test.sh" "$here/install_test.sh"; do
+for cmd in "$test_bin" "$here/cli_test.sh" "$here/process_test.sh" "$here/fault_process_test.sh" \
+    "$here/install_test.sh"; do
     out=$("$cmd" 2>&1)
     rc=$?
     printf '%s\n' "$out" | grep -v -E '^[0-9]+ passed, [0-9]+ failed'

@@ -1,7 +1,7 @@
 /* Fault injection (AGMM_FAULT, src/core/fault.h): the spec's grammar and messages, rank=any's draw,
- * and the fault matrix: every point (create, plan, run) x every action (delay, hang, exit) in the
- * CPU world of threads, for ag_matmul and all_reduce (fault_scenario.h says what must hold). The
- * scenario and its checks are written for any world, so that process worlds reuse them. */
+ * and the fault matrix: every point of a world of threads (create, plan, run) x every action
+ * (delay, hang, exit) in the CPU world, for ag_matmul and all_reduce. The scenario and its checks
+ * (fault_scenario.c) serve process worlds too: fault_process.c drives them there, join included. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,14 +10,9 @@
 
 #include "agmm.h"
 #include "core/fault.h"
-#include "core/numeric.h"
-#include "cpu/cpu.h"
-#include "cpu/reference.h"
 #include "cpu_tests.h"
 #include "fault_scenario.h"
 #include "harness.h"
-
-static double now_s(void) { return (double)agmm_cpu_now_ns() * 1e-9; }
 
 /* ---- the spec ---- */
 
@@ -32,6 +27,7 @@ void test_fault_spec(void)
     } good[] = {
         {"rank=1,at=run,action=hang", AGMM_FAULT_HANG, AGMM_FAULT_AT_RUN, 1, -1},
         {"rank=0,at=create,action=exit", AGMM_FAULT_EXIT, AGMM_FAULT_AT_CREATE, 0, -1},
+        {"rank=2,at=join,action=hang,ms=10", AGMM_FAULT_HANG, AGMM_FAULT_AT_JOIN, 2, 10},
         {"action=delay,ms=250,at=plan,rank=63", AGMM_FAULT_DELAY, AGMM_FAULT_AT_PLAN, 63, 250},
         {"rank=any,at=run,action=delay,ms=0", AGMM_FAULT_DELAY, AGMM_FAULT_AT_RUN, AGMM_FAULT_ANY_RANK, 0},
         {"rank=2,at=plan,action=hang,ms=3600000", AGMM_FAULT_HANG, AGMM_FAULT_AT_PLAN, 2, 3600000},
@@ -63,7 +59,8 @@ void test_fault_spec(void)
         {"rank=64,at=run,action=exit", "rank=64: R must be a rank"},
         {"rank=-1,at=run,action=exit", "rank=-1: R must be"},
         {"rank=,at=run,action=exit", "rank=: R must be"},
-        {"rank=1,at=join,action=exit", "at=join: POINT must be create, plan or run"},
+        {"rank=1,at=start,action=exit", "at=start: POINT must be join, create, plan or run"},
+        {"rank=1,at=joins,action=exit", "at=joins: POINT must be"},
         {"rank=1,at=run,action=crash", "action=crash: ACTION must be delay, hang or exit"},
         {"rank=1,at=run,action=hang,ms=3600001", "ms=3600001: N must be milliseconds"},
         {"rank=1,at=run,action=hang,ms=1e3", "ms=1e3: N must be"},
@@ -129,180 +126,6 @@ void test_fault_any_rank(void)
                W, struck[0], struck[1], struck[2], struck[3], struck[4], OCCURRENCES);
 }
 
-/* ---- the scenario (fault_scenario.h) ---- */
-
-void fault_case_spec(const fault_case *c, char *buf, size_t len)
-{
-    if (strcmp(c->action, "delay") == 0)
-        snprintf(buf, len, "rank=%d,at=%s,action=delay,ms=%d", c->faulted, c->point, c->delay_ms);
-    else
-        snprintf(buf, len, "rank=%d,at=%s,action=%s", c->faulted, c->point, c->action);
-}
-
-enum { SC_M = 16, SC_N = 24, SC_K = 32, SC_AR_N = 1000 };
-
-static void fail_at(fault_outcome *out, const char *where, agmm_status st, double t0, agmm_ctx *ctx)
-{
-    out->status = st;
-    out->failed_at = where;
-    out->elapsed_s = now_s() - t0;
-    snprintf(out->msg, sizeof out->msg, "%s", ctx ? agmm_last_error(ctx) : "");
-}
-
-void fault_scenario_rank(agmm_world *world, int rank, const fault_case *c, void (*meet)(void *), void *meet_arg,
-                         fault_outcome *out)
-{
-    memset(out, 0, sizeof *out);
-    out->exit_status = -1;
-    const int64_t w = c->nranks, rows = w * SC_M;
-    agmm_ctx *ctx = NULL;
-    agmm_plan *plan = NULL;
-    uint16_t *a = malloc(sizeof(uint16_t) * (size_t)(rows * SC_K)), *b = malloc(sizeof(uint16_t) * SC_K * SC_N);
-    uint16_t *a_out = malloc(sizeof(uint16_t) * (size_t)(rows * SC_K));
-    uint16_t *c_out = malloc(sizeof(uint16_t) * (size_t)(rows * SC_N));
-    uint16_t *ref = malloc(sizeof(uint16_t) * (size_t)(rows * SC_N));
-    float *sum_out = malloc(sizeof(float) * SC_AR_N);
-    double *want = malloc(sizeof(double) * SC_AR_N);
-
-    double t0 = now_s();
-    agmm_status st = agmm_ctx_create(&ctx, world, rank);
-    if (strcmp(c->point, "create") == 0)
-        out->point_s = now_s() - t0;
-    if (st != AGMM_SUCCESS) {
-        fail_at(out, "create", st, t0, NULL);
-        goto done;
-    }
-    t0 = now_s();
-    if (c->all_reduce) {
-        agmm_all_reduce_desc d = {.n = SC_AR_N, .dtype = AGMM_DTYPE_F32, .backend = c->backend};
-        st = agmm_plan_all_reduce(&plan, ctx, &d);
-    } else {
-        agmm_ag_matmul_desc d = {.m = SC_M, .n = SC_N, .k = SC_K, .backend = c->backend, .splits = 2};
-        st = agmm_plan_ag_matmul(&plan, ctx, &d);
-    }
-    if (strcmp(c->point, "plan") == 0)
-        out->point_s = now_s() - t0;
-    if (st != AGMM_SUCCESS) {
-        fail_at(out, "plan", st, t0, ctx);
-        goto done;
-    }
-    /* Exact small integers: every rank's input, to know the result. */
-    const uint64_t seed = 0xfa017ull + (uint64_t)c->all_reduce;
-    if (c->all_reduce) {
-        memset(want, 0, sizeof(double) * SC_AR_N);
-        for (int r = 0; r < w; r++) {
-            uint64_t s = test_seed_of(seed, r, 0, 1);
-            for (int i = 0; i < SC_AR_N; i++) {
-                float v = (float)agmm_rng_small_int(&s, 100);
-                want[i] += v;
-                if (r == rank)
-                    ((float *)agmm_plan_input(plan))[i] = v;
-            }
-        }
-        for (int i = 0; i < SC_AR_N; i++)
-            sum_out[i] = -1e30f;
-    } else {
-        for (int r = 0; r < w; r++)
-            test_fill_bf16(a + r * SC_M * SC_K, SC_M * SC_K, test_seed_of(seed, r, 0, 1), 2);
-        test_fill_bf16(b, SC_K * SC_N, test_seed_of(seed, rank, 0, 2), 2);
-        agmm_ref_gemm_bf16(a, b, AGMM_LAYOUT_COL_MAJOR, rows, SC_N, SC_K, NULL, ref);
-        memcpy(agmm_plan_input(plan), a + rank * SC_M * SC_K, sizeof(uint16_t) * SC_M * SC_K);
-        test_poison_bf16(a_out, rows * SC_K);
-        test_poison_bf16(c_out, rows * SC_N);
-    }
-    t0 = now_s();
-    if (c->all_reduce) {
-        agmm_all_reduce_io io = {.out = sum_out};
-        st = agmm_all_reduce(plan, &io, NULL);
-    } else {
-        agmm_ag_matmul_io io = {.b = b, .a_gathered = a_out, .c = c_out};
-        st = agmm_ag_matmul(plan, &io, NULL);
-    }
-    if (strcmp(c->point, "run") == 0)
-        out->point_s = now_s() - t0;
-    if (st != AGMM_SUCCESS) {
-        fail_at(out, "run", st, t0, ctx);
-        goto done;
-    }
-    out->status = AGMM_SUCCESS;
-    if (c->all_reduce) {
-        out->exact = 1;
-        for (int i = 0; i < SC_AR_N; i++)
-            out->exact &= sum_out[i] == (float)want[i];
-    } else {
-        out->exact = agmm_ref_first_mismatch(a_out, a, rows * SC_K, 2) < 0 &&
-                     agmm_ref_first_mismatch(c_out, ref, rows * SC_N, 2) < 0;
-    }
-done:
-    meet(meet_arg);
-    agmm_plan_destroy(plan);
-    agmm_ctx_destroy(ctx);
-    free(a), free(b), free(a_out), free(c_out), free(ref), free(sum_out), free(want);
-    out->ran = 1;
-}
-
-void fault_scenario_check(const fault_case *c, const fault_outcome *outs, int messages)
-{
-    char spec[96], what[200];
-    fault_case_spec(c, spec, sizeof spec);
-    snprintf(what, sizeof what, "AGMM_FAULT=%s, %s/%s W=%d timeout %.2f s", spec,
-             c->all_reduce ? "all_reduce" : "ag_matmul", c->backend, c->nranks, c->timeout_s);
-    const fault_outcome *f = &outs[c->faulted];
-    int ran = 1;
-    for (int r = 0; r < c->nranks; r++)
-        ran &= outs[r].ran;
-    if (strcmp(c->action, "delay") == 0) {
-        int ok = ran;
-        const char *msg = "";
-        for (int r = 0; r < c->nranks; r++) {
-            ok &= outs[r].status == AGMM_SUCCESS && outs[r].exact;
-            if (outs[r].status != AGMM_SUCCESS && !msg[0])
-                msg = outs[r].msg;
-        }
-        agmm_check(ok && f->point_s >= c->delay_ms * 0.9e-3,
-                   "%s: every rank succeeds with exact results; rank %d's %s call took %.3f s (delayed %d ms)%s%s", what,
-                   c->faulted, c->point, f->point_s, c->delay_ms, msg[0] ? ": " : "", msg);
-        return;
-    }
-    const int hang = strcmp(c->action, "hang") == 0;
-    int faulted_ok;
-    if (f->exit_status >= 0)
-        faulted_ok = f->exit_status == 3; /* a process world: the process is gone */
-    else
-        faulted_ok = f->status == AGMM_ERR_INTERNAL && f->failed_at && strcmp(f->failed_at, c->point) == 0 &&
-                     (!messages || strcmp(c->point, "create") == 0 || strstr(f->msg, "injected fault")) &&
-                     (!hang || f->elapsed_s >= 3 * c->timeout_s * 0.9);
-    agmm_check(ran && faulted_ok, "%s: rank %d's %s call fails without arriving%s (after %.2f s): %s \"%s\"", what,
-               c->faulted, c->point, hang ? ", held 3 x the timeout" : "", f->elapsed_s, agmm_status_str(f->status),
-               f->msg);
-    char names[48];
-    snprintf(names, sizeof names, "rank %d never arrived", c->faulted);
-    int peers_ok = ran;
-    double worst = 0, least = 1e9;
-    const char *example = "", *bad = "";
-    for (int r = 0; r < c->nranks; r++) {
-        if (r == c->faulted)
-            continue;
-        const fault_outcome *o = &outs[r];
-        int ok = o->status == AGMM_ERR_TIMEOUT && o->failed_at && strcmp(o->failed_at, c->point) == 0 &&
-                 (!messages || strstr(o->msg, names));
-        if (!ok && !bad[0])
-            bad = o->msg[0] ? o->msg : agmm_status_str(o->status);
-        peers_ok &= ok;
-        if (o->elapsed_s > worst)
-            worst = o->elapsed_s;
-        if (o->elapsed_s < least)
-            least = o->elapsed_s;
-        if (!example[0])
-            example = o->msg;
-    }
-    agmm_check(peers_ok && worst < c->timeout_s + 1.0 && least >= c->timeout_s * 0.9,
-               "%s: every other rank's %s call returns AGMM_ERR_TIMEOUT naming rank %d after %.2f..%.2f s%s: \"%s\"%s%s",
-               what, c->point, c->faulted, least, worst,
-               messages ? "" : " (its message not read: under a sanitizer stderr is not captured)", example,
-               bad[0] ? "; wrong: " : "", bad);
-}
-
 /* ---- the threads driver ---- */
 
 typedef struct {
@@ -322,23 +145,6 @@ static void *fault_thread_main(void *p)
     return NULL;
 }
 
-/* A failed context creation has no context to hold its detail: the library logs it to stderr
- * ("[agmm rank R] context creation failed: ..."), and that is where the test reads it. Not under
- * a sanitizer, whose report would be swallowed with the captured stderr. */
-static void read_create_messages(FILE *captured, fault_outcome *outs, int nranks)
-{
-    char line[2048];
-    rewind(captured);
-    while (fgets(line, sizeof line, captured)) {
-        int r = -1, at = 0;
-        if (sscanf(line, "[agmm rank %d] context creation failed: %n", &r, &at) == 1 && at > 0 && r >= 0 &&
-            r < nranks && outs[r].msg[0] == '\0') {
-            line[strcspn(line, "\n")] = '\0';
-            snprintf(outs[r].msg, sizeof outs[r].msg, "%s", line + at);
-        }
-    }
-}
-
 static void run_case_threads(const fault_case *c)
 {
     char spec[96];
@@ -350,6 +156,8 @@ static void run_case_threads(const fault_case *c)
     pthread_t tid[AGMM_MAX_RANKS];
     pthread_barrier_t meet;
     pthread_barrier_init(&meet, NULL, (unsigned)c->nranks);
+    /* The create point's messages go to stderr: read there, but not under a sanitizer, whose
+     * report would be swallowed with the captured stderr. */
     const int capture = strcmp(c->point, "create") == 0 && !TEST_SANITIZED;
     FILE *captured = capture ? tmpfile() : NULL;
     int saved = -1;
@@ -371,7 +179,7 @@ static void run_case_threads(const fault_case *c)
         fflush(stderr);
         dup2(saved, 2);
         close(saved);
-        read_create_messages(captured, outs, c->nranks);
+        fault_read_create_messages(captured, outs, c->nranks);
         fclose(captured);
     }
     agmm_world_destroy(world);

@@ -10,19 +10,25 @@
  * With --rank, --nranks and --id-file the world is joined explicitly, as a framework would: rank 0
  * makes an agmm_unique_id and writes it to the file (the caller's own channel), the others read it.
  * With --borrow (a GPU world of one rank) the world borrows an NCCL communicator the test made,
- * which must still work after the world is gone.
+ * which must still work after the world is gone. With --fault-case, one rank of a fault case
+ * instead (fault_process.c).
  *
  *   agmm-proctest [--world cpu|gpu|emulated|auto] [--timeout S] [--expect-span]
- *                 [--rank R --nranks N --id-file FILE [--borrow]] */
+ *                 [--rank R --nranks N --id-file FILE [--borrow]]
+ *   agmm-proctest --fault-case POINT,ACTION,F,OP [--timeout S] [--check PREFIX N] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "agmm.h"
+#include "api/agmm_ext.h"
+#include "core/hostmem.h"
 #include "core/numeric.h"
+#include "core/text.h"
 #include "cpu/reference.h"
 #include "cpu_tests.h"
+#include "fault_scenario.h"
 #include "harness.h"
 #ifdef AGMM_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -253,6 +259,74 @@ static void test_all_reduce_sizes(const char *backend)
         }
 }
 
+/* ---- what the ranks settle at plan time, across processes ---- */
+
+/* A descriptor wrong on rank 1 only: every process fails alike, the others with rank 1's own
+ * detail (a plan request fills a whole host exchange slot: src/api/plan_agree.c), and the ranks
+ * stay in step (a correct plan right after runs). */
+static void test_plan_disagreement(void)
+{
+    agmm_ag_matmul_desc d = {.m = 7, .n = 8, .k = P.rank == 1 ? 100 : 8, .backend = "nccl"};
+    agmm_plan *plan = NULL;
+    agmm_status st = agmm_plan_ag_matmul(&plan, P.ctx, &d);
+    char msg[AGMM_ERROR_LEN];
+    snprintf(msg, sizeof msg, "%s", agmm_last_error(P.ctx));
+    agmm_plan_destroy(plan);
+    agmm_all_reduce_desc ok = {.n = 7, .dtype = AGMM_DTYPE_F32, .backend = "nccl"};
+    plan = NULL;
+    agmm_status after = agmm_plan_all_reduce(&plan, P.ctx, &ok);
+    agmm_plan_destroy(plan);
+    agmm_check(st == AGMM_ERR_INVALID_ARG && strstr(msg, "K=100 is not a multiple of 8") &&
+                   (P.rank == 1 || strstr(msg, "rank 1: ")) && after == AGMM_SUCCESS,
+               "rank %d of %d processes: a descriptor wrong on rank 1 only fails every rank with its detail (%s: "
+               "\"%s\"), and a plan right after is made (%s)",
+               P.rank, P.nranks, agmm_status_str(st), msg, agmm_status_str(after));
+}
+
+/* The processes of a job on one host share its memory: a plan whose need fits the host's
+ * available memory once but not once per process is refused on every rank, before anything is
+ * allocated. Its size is 55% of rank 0's reading of what is available; each rank first asks
+ * agmm_ext_check_memory about it, and the plan is made only where every rank was told it does
+ * not fit (a broken count would otherwise allocate it, once per process). */
+static void test_host_memory_shared(void)
+{
+    agmm_host_memory m;
+    agmm_host_memory_available(&m);
+    uint64_t avail[AGMM_MAX_RANKS];
+    if (!agmm_check(agmm_ext_exchange(P.ctx, &m.bytes, sizeof m.bytes, avail) == AGMM_SUCCESS,
+                    "rank %d: host memory readings exchanged: %s", P.rank, agmm_last_error(P.ctx)))
+        return;
+    if (avail[0] == UINT64_MAX) { /* every rank sees rank 0's reading: all skip alike */
+        agmm_skip("rank %d: host memory shared by processes: rank 0 cannot read what is available (%s)", P.rank,
+                  m.source);
+        return;
+    }
+    const int64_t k = 8, m_rows = (int64_t)(avail[0] / 100 * 55 / (uint64_t)(2 * k));
+    const uint64_t need = (uint64_t)(m_rows * k * 2);
+    char why[512] = "";
+    int32_t refused = agmm_ext_check_memory(P.ctx, 0, need, why, sizeof why) == AGMM_ERR_NO_MEMORY, all[AGMM_MAX_RANKS];
+    int every = agmm_ext_exchange(P.ctx, &refused, sizeof refused, all) == AGMM_SUCCESS;
+    for (int r = 0; r < P.nranks; r++)
+        every &= all[r];
+    char shared[48];
+    snprintf(shared, sizeof shared, "x %d ranks sharing it", P.nranks);
+    agmm_check(every && strstr(why, shared),
+               "rank %d of %d processes: %s of host memory per rank (55%% of %s available) does not fit %d processes "
+               "on one host (agmm_ext_check_memory on every rank): \"%s\"",
+               P.rank, P.nranks, agmm_bytes(need).s, agmm_bytes(avail[0]).s, P.nranks, why);
+    if (!every)
+        return;
+    agmm_ag_matmul_desc d = {.m = m_rows, .n = 8, .k = k, .backend = "nccl"};
+    agmm_plan *plan = NULL;
+    agmm_status st = agmm_plan_ag_matmul(&plan, P.ctx, &d);
+    const char *msg = agmm_last_error(P.ctx);
+    agmm_check(st == AGMM_ERR_NO_MEMORY && strstr(msg, shared) && strstr(msg, "is available"),
+               "rank %d of %d processes: ag_matmul/nccl M=%lld K=%lld (%s per rank) is refused on every rank: %s "
+               "\"%s\"",
+               P.rank, P.nranks, (long long)m_rows, (long long)k, agmm_bytes(need).s, agmm_status_str(st), msg);
+    agmm_plan_destroy(plan);
+}
+
 /* ---- a world whose ranks claim different hosts ---- */
 
 static void test_span(void)
@@ -349,6 +423,8 @@ static int share_id(agmm_world_kind kind, int rank, const char *path, agmm_uniqu
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], "--fault-case"))
+        return fault_process_main(argc, argv);
     agmm_join_config jc = {.kind = AGMM_WORLD_CPU, .rank = -1, .nranks = -1, .device = -1, .timeout_s = 10};
     int expect_span = 0;
     const char *id_file = NULL;
@@ -405,6 +481,11 @@ int main(int argc, char **argv)
 #endif
         if (expect_span)
             test_span();
+        if (!P.gpu) {
+            test_plan_disagreement();
+            if (!expect_span) /* ranks claiming other hosts do not share this one's memory */
+                test_host_memory_shared();
+        }
         static const agmm_op ops[] = {AGMM_OP_AG_MATMUL, AGMM_OP_ALL_REDUCE};
         for (int o = 0; o < 2; o++)
             for (int b = 0; agmm_backend_name(ops[o], b) != NULL; b++) {

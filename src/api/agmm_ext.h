@@ -62,7 +62,8 @@ agmm_status agmm_ext_exchange(agmm_ctx *ctx, const void *mine, size_t bytes, voi
 int agmm_ext_launch_rank(void);
 
 /* Whether this rank can allocate host_bytes of host memory and device_bytes on its device (host
- * memory in the CPU world), every local rank sharing a pool asking the same: AGMM_ERR_NO_MEMORY
+ * memory in the CPU world), every rank sharing a pool asking the same (the host's: every rank on
+ * this host, threads or processes; a GPU's: the ranks on it): AGMM_ERR_NO_MEMORY
  * with "needs X of host memory (...), but Y is available (MemAvailable)" in why. Local. */
 agmm_status agmm_ext_check_memory(agmm_ctx *ctx, uint64_t host_bytes, uint64_t device_bytes, char *why,
                                   size_t why_len);

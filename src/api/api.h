@@ -50,7 +50,8 @@ void agmm_backend_list(agmm_op op, char *buf, size_t len);
 /* A pool a rank allocates from: its GPU's memory, or host memory. */
 typedef struct {
     uint64_t avail_bytes;  /* what it has left (UINT64_MAX: unknown) */
-    int sharers;           /* ranks of this process drawing on it, each asking alike */
+    int sharers;           /* ranks drawing on it, each asking alike: of this host (host memory, in
+                              every world) or of this GPU */
     int gpu;               /* 1: GPU memory (cudaMemGetInfo); 0: host memory */
     char source[72];       /* what bounds avail_bytes, for messages */
 } agmm_mem_pool;

@@ -18,8 +18,9 @@ void agmm_mem_pool_of(agmm_ctx *ctx, int device, agmm_mem_pool *pool)
     const agmm_rank_info *ri = agmm_ctx_info(ctx);
     memset(pool, 0, sizeof *pool);
     pool->gpu = device && (ri->caps & AGMM_CAP_GPU);
-    /* Ranks of one process share its host memory; ranks sharing a GPU share its memory. */
-    pool->sharers = pool->gpu ? ri->ranks_on_device : agmm_world_local_ranks(agmm_ctx_world(ctx));
+    /* The ranks of one host share its memory (threads of this process, or processes of this job
+     * on this host); ranks sharing a GPU share its memory. */
+    pool->sharers = pool->gpu ? ri->ranks_on_device : ri->ranks_on_host;
 #ifdef AGMM_HAVE_CUDA
     if (pool->gpu) {
         size_t free_bytes = 0, total_bytes = 0;

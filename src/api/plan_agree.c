@@ -9,7 +9,8 @@
 #include "api.h"
 #include "../core/text.h"
 
-/* One rank's entry (at most the host exchange's 256-byte slot). */
+/* One rank's entry: one host exchange slot (AGMM_HOST_SLOT_BYTES, in every world: threads,
+ * processes' control segment, NCCL across hosts). */
 typedef struct {
     char what[112];             /* "ag_matmul/ce M=64 N=32 K=16 b_layout=col splits=1" */
     uint64_t symmetric_bytes;   /* per rank, the plan's input included */
@@ -20,7 +21,7 @@ typedef struct {
     char source[72];            /* what bounds avail_bytes */
 } digest;
 
-_Static_assert(sizeof(digest) <= 256, "a plan digest must fit one host exchange slot");
+_Static_assert(sizeof(digest) <= AGMM_HOST_SLOT_BYTES, "a plan digest must fit one host exchange slot");
 
 static void fill(const agmm_plan *p, uint64_t input_bytes, digest *d)
 {
@@ -94,12 +95,15 @@ agmm_status agmm_plan_agree(agmm_plan *p, uint64_t input_bytes)
     return st;
 }
 
-/* One rank's request (plan_agree_request). */
+/* One rank's request (plan_agree_request): a whole host exchange slot, the most detail a failure
+ * can carry to the peers. */
 typedef struct {
     int32_t status;             /* its verdict so far */
     char what[112];             /* "ag_matmul/auto M=64 N=32 K=16 b_layout=col splits=1" */
     char why[AGMM_HOST_SLOT_BYTES - 116];  /* the detail of a failure */
 } request;
+
+_Static_assert(sizeof(request) == AGMM_HOST_SLOT_BYTES, "a plan request fills one host exchange slot");
 
 agmm_status agmm_plan_agree_request(agmm_ctx *ctx, agmm_op op, const void *desc, const char *backend,
                                     agmm_status mine)

@@ -10,7 +10,7 @@
 
 #include "numeric.h"
 
-static const char *const point_name[] = {"create", "plan", "run"};
+static const char *const point_name[] = {"create", "plan", "run", "join"}; /* agmm_fault_at's order */
 static const char *const action_name[] = {"none", "delay", "hang", "exit"};
 
 #define MAX_MS 3600000 /* an hour */
@@ -75,9 +75,9 @@ static agmm_status parse_as(const char *source, const char *spec, agmm_fault *f,
                 return bad_spec(err, source, spec, p, len, "R must be a rank (0..63) or any");
         } else if (klen == 2 && strncmp(p, "at", 2) == 0) {
             seen = &seen_at;
-            int at = lookup(v, vlen, point_name, 3);
+            int at = lookup(v, vlen, point_name, (int)(sizeof point_name / sizeof *point_name));
             if (at < 0)
-                return bad_spec(err, source, spec, p, len, "POINT must be create, plan or run");
+                return bad_spec(err, source, spec, p, len, "POINT must be join, create, plan or run");
             g.at = (agmm_fault_at)at;
         } else if (klen == 6 && strncmp(p, "action", 6) == 0) {
             int a = lookup(v, vlen, action_name + 1, 3);

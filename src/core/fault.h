@@ -4,7 +4,9 @@
  * A spec is `rank=R,at=POINT,action=ACTION[,ms=N]` (AGMM_FAULT_GRAMMAR):
  *   R       the rank it strikes, or `any`: at each occurrence of the point one rank, drawn at
  *           random from the occurrence's number, so every rank draws the same one
- *   POINT   create  context creation, before the rank meets any peer (agmm_ctx_create)
+ *   POINT   join    a process world's join, before the process meets its peers (agmm_world_join;
+ *                   worlds of threads have no join)
+ *           create  context creation, before the rank meets any peer (agmm_ctx_create)
  *           plan    plan creation, before its first collective step (agmm_plan_*)
  *           run     a run, before it enqueues anything (agmm_ag_matmul, agmm_all_reduce)
  *   ACTION  delay   sleep ms, then carry on
@@ -15,8 +17,8 @@
  * A failed call is AGMM_ERR_INTERNAL, its message saying a fault was injected; after a run fails
  * this way the rank is out of step, like any failed run.
  *
- * The points are calls to agmm_fault_point with the rank's facts; a new point (a world's join,
- * say) is a value of agmm_fault_at, its name in fault.c, and one call. Nothing here keeps state:
+ * The points are calls to agmm_fault_point with the rank's facts; a new point is a value of
+ * agmm_fault_at, its name in fault.c, and one call. Nothing here keeps state:
  * the spec is parsed where it is used (contexts and plans keep their copy). */
 #ifndef AGMM_CORE_FAULT_H
 #define AGMM_CORE_FAULT_H
@@ -26,10 +28,10 @@
 #include "error.h"
 
 #define AGMM_FAULT_GRAMMAR                                                                                        \
-    "rank=R,at=POINT,action=ACTION[,ms=N] with R a rank or any, POINT create, plan or run, ACTION delay (ms "     \
-    "required), hang (ms: how long it is held, default 3 x the timeout) or exit"
+    "rank=R,at=POINT,action=ACTION[,ms=N] with R a rank or any, POINT join, create, plan or run, ACTION delay "  \
+    "(ms required), hang (ms: how long it is held, default 3 x the timeout) or exit"
 
-typedef enum { AGMM_FAULT_AT_CREATE = 0, AGMM_FAULT_AT_PLAN, AGMM_FAULT_AT_RUN } agmm_fault_at;
+typedef enum { AGMM_FAULT_AT_CREATE = 0, AGMM_FAULT_AT_PLAN, AGMM_FAULT_AT_RUN, AGMM_FAULT_AT_JOIN } agmm_fault_at;
 
 typedef enum { AGMM_FAULT_NONE = 0, AGMM_FAULT_DELAY, AGMM_FAULT_HANG, AGMM_FAULT_EXIT } agmm_fault_action;
 

@@ -51,8 +51,13 @@ agmm_status agmm_symm_share(agmm_ctx *ctx, agmm_symm_buf *buf, void *mem, agmm_s
     share *all[AGMM_MAX_RANKS];
     agmm_status st = agmm_host_exchange(ctx, &me, sizeof me, all);
     if (st != AGMM_SUCCESS) {
-        /* The world is unusable, and some peers may hold our buffer: it stays (a leak, never a
-         * use after free). */
+        /* Among threads an exchange completes for all its ranks or for none (host_threads.c: a
+         * meeting is complete only with every rank counted), and a rank whose exchange failed
+         * keeps nothing from it: no peer holds our buffer, so it goes. */
+        if (me != NULL) {
+            release(mem, device);
+            free(me);
+        }
         free(set);
         return st;
     }

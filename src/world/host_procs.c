@@ -44,6 +44,7 @@
 #include <unistd.h>
 
 #include "world_impl.h"
+#include "../core/text.h"
 
 #define CONTROL_MAGIC 0x316c74636d6d6761ull /* "agmmctl1" */
 #define SLOT_JOINED 1u
@@ -156,19 +157,22 @@ static peer_state peer_of(const procs_state *ps, int p)
     return st == SLOT_LEFT ? PEER_LEFT : PEER_DEAD;
 }
 
+/* "rank 2 never arrived (pid 1234 has exited ...)": the words every world's timeouts use
+ * (host_threads.c, the barriers), with what this world knows besides. */
 static const char *peer_text(const procs_state *ps, int p, char *buf, size_t len)
 {
+    const int pid = ps->ctl->slot[p].pid;
     switch (peer_of(ps, p)) {
-    case PEER_ABSENT: snprintf(buf, len, "rank %d never arrived", p); break;
+    case PEER_ABSENT: agmm_format(buf, len, "rank %d never arrived (it has not joined)", p); break;
     case PEER_ALIVE:
-        snprintf(buf, len, "rank %d (pid %d) is alive but never reached this step", p, ps->ctl->slot[p].pid);
+        agmm_format(buf, len, "rank %d never arrived (pid %d is alive but has not reached this step)", p, pid);
         break;
     case PEER_LEFT:
-        snprintf(buf, len, "rank %d (pid %d) left the world without this step", p, ps->ctl->slot[p].pid);
+        agmm_format(buf, len, "rank %d never arrived (pid %d left the world without this step)", p, pid);
         break;
     case PEER_DEAD:
-        snprintf(buf, len, "rank %d (pid %d) has exited without leaving the world (killed or crashed)", p,
-                 ps->ctl->slot[p].pid);
+        agmm_format(buf, len, "rank %d never arrived (pid %d has exited without leaving the world: killed or crashed)",
+                    p, pid);
         break;
     }
     return buf;
@@ -195,7 +199,7 @@ static int hopeless(const procs_state *ps, int p, char *why, size_t len)
     if (s == PEER_DEAD || (s == PEER_LEFT && (gave_up == NULL || who == ps->rank)))
         peer_text(ps, p, why, len);
     else if (gave_up != NULL && who != ps->rank)
-        snprintf(why, len, "rank %d gave up on the world: %.400s", who, gave_up);
+        agmm_format(why, len, "rank %d gave up on the world: %s", who, gave_up);
     else
         return 0;
     return 1;
@@ -235,20 +239,18 @@ static int published(const procs_state *ps, int p, uint32_t s)
     return (int32_t)(atomic_load_explicit(&ps->ctl->slot[p].seq, memory_order_acquire) - s) >= 0;
 }
 
+/* The timeout of host collective s, naming every rank missing, each in the words every world
+ * uses: "rank 1 never arrived (pid 12 is alive ...); rank 2 never arrived (it has not joined)". */
 static agmm_status missing_ranks(agmm_ctx *ctx, procs_state *ps, uint32_t s, const char *what)
 {
-    char list[AGMM_ERROR_LEN] = "";
+    char list[AGMM_MAX_RANKS * 112] = "";
     size_t used = 0;
-    int first = -1;
-    for (int p = 0; p < ps->nranks; p++) {
-        if (published(ps, p, s))
-            continue;
-        char text[160];
-        used += (size_t)snprintf(list + used, used < sizeof list ? sizeof list - used : 0, "%s%s",
-                                 first < 0 ? "" : "; ", peer_text(ps, p, text, sizeof text));
-        if (first < 0)
-            first = p;
-    }
+    for (int p = 0; p < ps->nranks; p++)
+        if (!published(ps, p, s)) {
+            char text[160];
+            used += agmm_format(list + used, sizeof list - used, "%s%s", used ? "; " : "",
+                                peer_text(ps, p, text, sizeof text));
+        }
     return AGMM_FAIL(&ctx->err, AGMM_ERR_TIMEOUT, "rank %d: %s timed out after %.2f s: %s", ps->rank, what,
                      ctx->world->timeout_s, list);
 }
@@ -503,7 +505,7 @@ static const agmm_host_ops procs_ops = {procs_exchange, procs_barrier, procs_exc
 
 static const char *job_text(const agmm_proc_identity *id, char *buf, size_t len)
 {
-    snprintf(buf, len, "%.*s", (int)len - 1, id->source);
+    agmm_format(buf, len, "%s", id->source);
     return buf;
 }
 
@@ -572,16 +574,15 @@ static agmm_status hand_out_control(procs_state *ps, int seg, int64_t deadline, 
         if (npending == 0)
             break;
         if (now_ns() >= deadline) {
-            char list[AGMM_ERROR_LEN];
-            size_t used = 0;
+            uint64_t missing = 0;
+            char who[200];
             for (int i = 0; i < npending; i++)
-                used += (size_t)snprintf(list + used, used < sizeof list ? sizeof list - used : 0, "%s%d",
-                                         i ? ", " : "", pending[i]);
+                missing |= (uint64_t)1 << pending[i];
+            agmm_format_ranks(who, sizeof who, missing);
             return AGMM_FAIL(err, AGMM_ERR_TIMEOUT,
-                             "rank 0: joining the world timed out after %.2f s: rank%s %s never arrived (nobody "
-                             "listens on @agmm-%016llx-<rank>)",
-                             timeout_s, npending > 1 ? "s" : "", list,
-                             (unsigned long long)ps->job);
+                             "rank 0: joining the world timed out after %.2f s: %s never arrived (nobody listens on "
+                             "@agmm-%016llx-<rank>)",
+                             timeout_s, who, (unsigned long long)ps->job);
         }
         nap(1000000);
     }

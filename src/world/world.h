@@ -31,6 +31,7 @@ typedef struct {
     int local_rank;            /* index among this process's ranks */
     int device;                /* CUDA device ordinal; -1 in the CPU world */
     int ranks_on_device;       /* ranks of the world sharing this rank's device (emulated: > 1) */
+    int ranks_on_host;         /* ranks of the world on this rank's host, sharing its memory */
     int processes;             /* 1: the ranks are processes (agmm_world_join), one rank each */
     double timeout_s;          /* bound on every wait for a peer */
     unsigned caps;             /* AGMM_CAP_* of the world */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "world_impl.h"
+#include "../core/text.h"
 #include "../core/validate.h"
 
 #ifndef AGMM_HAVE_CUDA
@@ -49,7 +50,7 @@ agmm_status agmm_host_nccl_init(agmm_world *world, agmm_error *err)
 static void copy_err(const agmm_error *err, char *buf, size_t len)
 {
     if (buf && len)
-        snprintf(buf, len, "%s", err->msg);
+        agmm_format(buf, len, "%s", err->msg);
 }
 
 agmm_world *agmm_world_alloc(double timeout_s)
@@ -63,6 +64,9 @@ agmm_world *agmm_world_alloc(double timeout_s)
     return w;
 }
 
+_Static_assert(sizeof(((agmm_world *)0)->describe) >= AGMM_ERROR_LEN + 100,
+               "the CPU world's banner holds a whole error message as its reason");
+
 static void make_cpu_world(agmm_world *w, int nranks, const char *why)
 {
     w->kind = AGMM_WORLD_CPU;
@@ -71,8 +75,10 @@ static void make_cpu_world(agmm_world *w, int nranks, const char *why)
         w->device_of[i] = -1;
     w->caps = AGMM_CAP_PEER_MEMORY;
     snprintf(w->lacks_nccl, sizeof w->lacks_nccl, "the CPU world has no NCCL");
-    snprintf(w->describe, sizeof w->describe, "device: CPU (%.*s); %d ranks as threads, host memory as symmetric memory",
-             (int)(sizeof w->describe - 100), why, w->nranks);
+    /* The reason is an error record's message, which the banner has room for whole (asserted above);
+     * agmm_format would mark a cut anyway. */
+    agmm_format(w->describe, sizeof w->describe,
+                "device: CPU (%s); %d ranks as threads, host memory as symmetric memory", why, w->nranks);
 }
 
 agmm_status agmm_world_create(agmm_world **out, const agmm_world_config *config, char *errbuf, size_t errbuf_len)
@@ -275,6 +281,7 @@ agmm_status agmm_rank_create(agmm_ctx **out, agmm_world *w, int rank)
     ri->ranks_on_device = w->processes ? w->ranks_on_device : 0;
     for (int i = 0; i < w->nlocal && !w->processes; i++)
         ri->ranks_on_device += w->device_of[i] == ri->device;
+    ri->ranks_on_host = w->processes ? w->ranks_on_host : w->nlocal;
     ri->processes = w->processes;
     ri->timeout_s = w->timeout_s;
     ri->caps = w->caps;

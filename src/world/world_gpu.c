@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "world_gpu.h"
+#include "../core/text.h"
 
 /* Before any CUDA context exists: CUDA maps streams onto CUDA_DEVICE_MAX_CONNECTIONS hardware
  * queues (default 8). Ranks sharing a GPU bring two streams each, and two streams aliased onto
@@ -72,7 +73,7 @@ static void p2p_disabled(char *why, size_t len)
     const char *p2p = getenv("NCCL_P2P_DISABLE");
     why[0] = '\0';
     if (p2p && *p2p && strcmp(p2p, "0") != 0)
-        snprintf(why, len, "NCCL_P2P_DISABLE=%.20s: peer access between the ranks' GPUs is turned off", p2p);
+        agmm_format(why, len, "NCCL_P2P_DISABLE=%s: peer access between the ranks' GPUs is turned off", p2p);
 }
 
 agmm_status agmm_world_gpu_create(agmm_world *w, const agmm_world_config *cfg, agmm_error *err)

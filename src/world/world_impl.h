@@ -40,6 +40,7 @@ struct agmm_world {
     int no_gpu_visible;        /* set by a GPU world that found no device (AUTO takes the CPU) */
     int processes;             /* 1: a process world (agmm_world_join): nlocal == 1 */
     int ranks_on_device;       /* process worlds: ranks of the world on this rank's device */
+    int ranks_on_host;         /* process worlds: ranks of the world on this rank's host */
     char describe[768];
 
     const agmm_host_ops *host;

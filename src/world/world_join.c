@@ -5,7 +5,7 @@
  * Joining, in order; every step that can fail on one rank is agreed before anyone goes on, so a
  * failure anywhere is the same failure everywhere (agmm_host_agree):
  *   1. who this process is: rank, world size and the job, from the config or the launcher
- *      (launch.c), and which kind of world;
+ *      (launch.c), and which kind of world; then AGMM_FAULT's join point (core/fault.h);
  *   2. the peers: meet them (host_procs.c), or across hosts form the NCCL communicator first and
  *      meet over it (host_nccl.c);
  *   3. the device, locally: CUDA device, its PCI bus id, and for emulated worlds whether CUDA VMM
@@ -23,6 +23,8 @@
 
 #include "launch.h"
 #include "world_impl.h"
+#include "../core/fault.h"
+#include "../core/text.h"
 #include "../core/validate.h"
 
 #define ID_MAGIC "agmm-id"
@@ -242,6 +244,10 @@ static agmm_status derive_caps(agmm_world *w, agmm_ctx *boot, const join_info *a
     if (w->kind == AGMM_WORLD_EMULATED)
         snprintf(w->lacks_nccl, sizeof w->lacks_nccl,
                  "ranks share a GPU (an emulated world), and NCCL needs one GPU per rank");
+    /* Processes of one job on one host share its memory: memory checks count them together. */
+    w->ranks_on_host = 0;
+    for (int r = 0; r < w->nranks; r++)
+        w->ranks_on_host += strcmp(all[r].host, me->host) == 0;
     w->ranks_on_device = 0;
     for (int r = 0; r < w->nranks; r++) {
         int same = strcmp(all[r].host, me->host) == 0 && w->kind != AGMM_WORLD_CPU &&
@@ -257,14 +263,14 @@ static agmm_status derive_caps(agmm_world *w, agmm_ctx *boot, const join_info *a
     const char *p2p = getenv("NCCL_P2P_DISABLE");
     char why[sizeof w->lacks_peer] = "";
     if (span >= 0)
-        snprintf(why, sizeof why, "ranks span nodes (rank 0 runs on %.40s, rank %d on %.40s)", all[0].host, span,
-                 all[span].host);
+        agmm_format(why, sizeof why, "ranks span nodes (rank 0 runs on %s, rank %d on %s)", all[0].host, span,
+                    all[span].host);
     else if (w->kind == AGMM_WORLD_GPU && w->nranks > 1 && p2p && *p2p && strcmp(p2p, "0") != 0)
-        snprintf(why, sizeof why, "NCCL_P2P_DISABLE=%.20s: peer access between the ranks' GPUs is turned off", p2p);
+        agmm_format(why, sizeof why, "NCCL_P2P_DISABLE=%s: peer access between the ranks' GPUs is turned off", p2p);
     for (int r = 0; r < w->nranks && !why[0] && w->kind == AGMM_WORLD_EMULATED; r++)
         if (!all[r].gpu.vmm_fd_ok)
-            snprintf(why, sizeof why, "rank %d cannot share GPU memory between processes: %.100s", r,
-                     all[r].gpu.vmm_why);
+            agmm_format(why, sizeof why, "rank %d cannot share GPU memory between processes: %s", r,
+                        all[r].gpu.vmm_why);
     if (why[0]) {
         w->caps &= ~(unsigned)AGMM_CAP_PEER_MEMORY;
         snprintf(w->lacks_peer, sizeof w->lacks_peer, "%s", why);
@@ -299,18 +305,28 @@ static void describe(agmm_world *w, const join_plan *p, const char *device_text)
     if (!(w->caps & AGMM_CAP_PEER_MEMORY))
         snprintf(extra, sizeof extra, "; no peer memory: %s", w->lacks_peer);
     if (w->kind == AGMM_WORLD_CPU)
-        snprintf(w->describe, sizeof w->describe,
-                 "device: CPU (a process world); rank %d of %d processes, %.160s; host memory shared between the "
-                 "processes as symmetric memory%.300s",
-                 w->first_rank, w->nranks, p->who.source, extra);
+        agmm_format(w->describe, sizeof w->describe,
+                    "device: CPU (a process world); rank %d of %d processes, %s; host memory shared between the "
+                    "processes as symmetric memory%s",
+                    w->first_rank, w->nranks, p->who.source, extra);
     else
-        snprintf(w->describe, sizeof w->describe, "%.200s; rank %d of %d processes, %.160s%s%.300s", device_text,
-                 w->first_rank,
-                 w->nranks, p->who.source,
-                 w->kind == AGMM_WORLD_EMULATED ? "; emulated: the processes share the GPU, no NCCL" : "", extra);
+        agmm_format(w->describe, sizeof w->describe, "%s; rank %d of %d processes, %s%s%s", device_text,
+                    w->first_rank, w->nranks, p->who.source,
+                    w->kind == AGMM_WORLD_EMULATED ? "; emulated: the processes share the GPU, no NCCL" : "", extra);
 }
 
 /* ---- the whole join ---- */
+
+/* AGMM_FAULT's join point: this process is known (rank, world size, timeout) and has met nobody
+ * yet. A malformed spec fails the join here, before any peer waits for this process. */
+static agmm_status join_fault(const agmm_world *w, const join_plan *p, agmm_error *err)
+{
+    agmm_fault f;
+    agmm_status st = agmm_fault_from_env(p->who.nranks, &f, err);
+    agmm_fault_site site = {.rank = p->who.rank, .nranks = p->who.nranks, .timeout_s = w->timeout_s,
+                            .process_world = 1};
+    return st == AGMM_SUCCESS ? agmm_fault_point(&f, AGMM_FAULT_AT_JOIN, &site, err) : st;
+}
 
 static agmm_status join(agmm_world *w, const agmm_join_config *c, const join_plan *p, agmm_error *err)
 {
@@ -416,11 +432,14 @@ agmm_status agmm_world_join(agmm_world **out, const agmm_join_config *config, ch
         w->first_rank = p.who.rank;
         w->device_of[0] = p.device;
         w->ranks_on_device = 1;
-        st = join(w, &c, &p, &err);
+        w->ranks_on_host = 1;
+        st = join_fault(w, &p, &err);
     }
+    if (st == AGMM_SUCCESS)
+        st = join(w, &c, &p, &err);
     if (st != AGMM_SUCCESS) {
         if (errbuf && errbuf_len)
-            snprintf(errbuf, errbuf_len, "%s", err.msg);
+            agmm_format(errbuf, errbuf_len, "%s", err.msg);
         agmm_world_destroy(w);
         return st;
     }
