@@ -51,7 +51,7 @@ static int merge_cell(bench_results *r, bench_cell *cell)
         r->world_failed = 1;
         if (!cell_failed(cell->state)) {
             cell->state = CELL_ERROR;
-            snprintf(cell->note, sizeof cell->note, "%.159s", agmm_last_error(r->proc_ctx));
+            agmm_format(cell->note, sizeof cell->note, "%s", agmm_last_error(r->proc_ctx));
         }
         return 0;
     }
