@@ -332,8 +332,11 @@ static void edit_choice(const char *path, const char *backend)
     while (fgets(line, sizeof line, f)) {
         char *tab = strchr(line, '\t');
         if (line[0] != '#' && tab) {
-            char *rest = strchr(tab + 1, '\t');
-            snprintf(tab + 1, sizeof line - (size_t)(tab + 1 - line), "%s%s", backend, rest ? rest : "\n");
+            /* The rest copied first: a longer name ("ce" -> "pull") would overwrite it. */
+            const char *tail = strchr(tab + 1, '\t');
+            char rest[1024];
+            snprintf(rest, sizeof rest, "%s", tail ? tail : "\n");
+            snprintf(tab + 1, sizeof line - (size_t)(tab + 1 - line), "%s%s", backend, rest);
         }
         strncat(text, line, sizeof text - strlen(text) - 1);
     }

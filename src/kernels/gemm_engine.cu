@@ -57,8 +57,8 @@
  * Pull mode (desc.pull; the `pull` backend): one kernel is the whole all-gather matmul, and
  *   nothing in it comes from the host per run, so a CUDA graph replays it as a new run.
  *   Epoch: the plan's epoch word (device memory, zero at plan time) counts the runs completed.
- *   Every CTA's thread 0 reads it at the start (the run's epoch e = word + 1, kept in shared
- *   memory for the CTA's roles); the last CTA of the closing barrier (below) stores e into it,
+ *   Every CTA's thread 32 reads it at the start (the run's epoch e = word + 1, kept in shared
+ *   memory for the CTA's roles, before the barrier that starts them); the last CTA of the closing barrier (below) stores e into it,
  *   once every CTA of the grid has counted itself in, so no CTA of this run reads it after. The
  *   next run starts after this kernel has completed (one stream; runs of a rank are ordered), so
  *   every CTA of it reads e. Every rank runs the plan's runs alike, so every rank's e agrees.
@@ -656,8 +656,9 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_ws_kernel(const __grid_c
     const int pull_ranks = p.pull && p.sched.nranks > 1; /* the epoch, ready word and closing barrier */
     __shared__ uint32_t run_epoch;                         /* pull: this run's epoch, for every role */
 
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == 32) /* another warp than the barriers' set-up, so the load overlaps it */
         run_epoch = pull_ranks ? pull_run_epoch(p) : 0;
+    if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) {
             mbar_init(bars + 8 * s, 1);
             mbar_init(bars + 8 * (STAGES + s), 8 * 2); /* 8 consumer warps, 2 arrivals each per use */
