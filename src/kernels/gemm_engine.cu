@@ -58,10 +58,11 @@
  *   nothing in it comes from the host per run, so a CUDA graph replays it as a new run.
  *   Epoch: the plan's epoch word (device memory, zero at plan time) counts the runs completed.
  *   Every CTA's thread 32 reads it at the start (the run's epoch e = word + 1, kept in shared
- *   memory for the CTA's roles, before the barrier that starts them); the last CTA of the closing barrier (below) stores e into it,
- *   once every CTA of the grid has counted itself in, so no CTA of this run reads it after. The
- *   next run starts after this kernel has completed (one stream; runs of a rank are ordered), so
- *   every CTA of it reads e. Every rank runs the plan's runs alike, so every rank's e agrees.
+ *   memory for the CTA's roles, before the barrier that starts them); the last CTA of the
+ *   closing barrier (below) stores e into it, once every CTA of the grid has counted itself in,
+ *   so no CTA of this run reads it after. The next run starts after this kernel has completed
+ *   (one stream; runs of a rank are ordered), so every CTA of it reads e. Every rank runs the
+ *   plan's runs alike, so every rank's e agrees.
  *   Loads: a tile of rank src's rows is loaded through peer_maps[src], a tensor map over src's
  *   shard (NVLink peer memory, or the same GPU's where ranks share one). The maps live in device
  *   memory, one set per distinct set of shard pointers (map slots, filled by a small kernel that
