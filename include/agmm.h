@@ -309,7 +309,7 @@ void agmm_symmetric_free(agmm_ctx *ctx, void *ptr);
  * peer surfaces as AGMM_ERR_TIMEOUT from agmm_ctx_sync or from a later run; after any failed run
  * the rank is out of step with its peers and every later run fails: destroy the plans and the
  * context. Statuses: AGMM_ERR_INVALID_ARG (io, a plan of another operation), AGMM_ERR_TIMEOUT,
- * CUDA/NCCL/cuBLAS errors.
+ * AGMM_ERR_UNSUPPORTED (a `pull` capture past its inputs, below), CUDA/NCCL/cuBLAS errors.
  *
  * Steps back to back: once the run has completed on `stream` (work enqueued after it on `stream`
  * runs after it), this rank may overwrite its input, B and the outputs: no peer reads them any
@@ -319,15 +319,19 @@ void agmm_symmetric_free(agmm_ctx *ctx, void *ptr);
  * whatever streams they are enqueued on (each run waits for the rank's previous one), so running a
  * plan on two streams is safe; its runs are serialised, never overlapped.
  *
- * CUDA graphs: a run may be captured (cudaStreamBeginCapture on `stream`; where ranks are threads
- * of one process, with cudaStreamCaptureModeThreadLocal or Relaxed, since the ranks' threads keep
- * calling CUDA). Epochs and flags live in device memory and advance on the device, so every replay
- * is a new step. Capturing is collective like running: every rank captures the same runs in the
- * same order and replays its graph where it would have run them. The io pointers are fixed in the
- * graph: refill those buffers between replays. A replay is ordered only by the stream it is
- * launched on (a graph cannot wait for work outside it): launch it on a stream ordered after the
- * rank's earlier runs, and enqueue no run of the rank on another stream while it may still be
- * executing. agmm_ctx_sync also waits for replays launched so far. The CPU world has no graphs. */
+ * CUDA graphs: a run of any GPU backend may be captured (cudaStreamBeginCapture on `stream`; where
+ * ranks are threads of one process, with cudaStreamCaptureModeThreadLocal or Relaxed, since the
+ * ranks' threads keep calling CUDA). Epochs and flags live in device memory and advance on the
+ * device, so every replay is a new step. Capturing is collective like running: every rank captures
+ * the same runs in the same order and replays its graph where it would have run them. The io
+ * pointers are fixed in the graph: refill those buffers between replays. A `pull` plan keeps what
+ * it derives from the input pointers (a tensor map per rank) for 16 distinct inputs at most (the
+ * plan's own, io.input values), and an input used in a capture keeps its entry for the plan's
+ * life: a capture of a new input when captures hold all 16 fails with AGMM_ERR_UNSUPPORTED (make
+ * another plan). A replay is ordered only by the stream it is launched on (a graph cannot wait for
+ * work outside it): launch it on a stream ordered after the rank's earlier runs, and enqueue no
+ * run of the rank on another stream while it may still be executing. agmm_ctx_sync also waits for
+ * replays launched so far. The CPU world has no graphs. */
 agmm_status agmm_ag_matmul(agmm_plan *plan, const agmm_ag_matmul_io *io, void *stream);
 agmm_status agmm_all_reduce(agmm_plan *plan, const agmm_all_reduce_io *io, void *stream);
 

@@ -3,7 +3,7 @@
  * and writes the gathered A as a by-product of those reads. For the latency-bound shapes, where a
  * copy-engine launch per peer and host-ordered signals cost more than moving the data.
  *
- * One run (W ranks, epoch e of the plan):
+ * One run (W ranks; e = the plan's runs completed + 1, the same on every rank):
  *   entry    each rank raises its ready flag to e: word AGMM_PULL_READY of its signal words, in a
  *            symmetric buffer of the plan (only the owner writes it; release, after the shard)
  *   GEMM     the tiles in core/schedule.h's order (own rows first, then rank+1's, ...): a tile of
@@ -11,23 +11,28 @@
  *            own shard needs no wait. A tile of the first column of C also writes its A rows
  *            into the gathered A, so every row is written once (twice with the same bytes on
  *            GPUs, where a short tile's box spills into the next chunk of the same shard).
- *   closing  nobody returns while a peer may still read its shard, so the caller may overwrite
- *            it after the run                                                      [W > 1]
+ *   closing  each rank writes e into its done slot (AGMM_PULL_DONE + rank) of every peer's
+ *            signal words once it has read their shards for the last time, then waits
+ *            (bounded) until every peer has written its slot of its own: nobody returns while a
+ *            peer may still read its shard, so the caller may overwrite it after the run. Then
+ *            the count of runs completed becomes e                                  [W > 1]
  * The gathered A is not optional: io.a_gathered is required as for every backend (agmm.h), so
  * that a caller of `auto` never depends on which backend was chosen.
  *
- * GPU: one kernel per run, the GEMM engine (src/kernels/gemm_engine.cu) in pull mode: a tensor map
- * per rank over that rank's shard (peer memory through the symmetric heap's pointers), the ready
- * flag raised on the caller's stream S before the kernel by cuStreamWriteValue32 (its default
- * memory barrier orders the caller's earlier writes of the shard first; a one-thread release
- * kernel where the driver lacks stream memory operations), and the closing barrier inside the
- * kernel, on done slots in the same signal words (the engine's header has who writes and waits).
- * SMs: the kernel's waits need no other kernel, except the fallback flag kernel of a rank sharing
- * the GPU: there each rank takes at most SMs/ranks - 1, so every rank's flag finds an SM.
+ * GPU: one kernel per run, the GEMM engine (src/kernels/gemm_engine.cu) in pull mode, with
+ * nothing from the host that changes per run, so a run captured in a CUDA graph replays as a new
+ * run: the count of runs is a word in the engine plan's device memory, which every CTA reads at
+ * its start and the closing barrier's last CTA advances; the kernel raises this rank's ready flag
+ * at its start (a system-scope fence first: the work before it on the caller's stream S, which
+ * wrote the shard, is complete); the peers' shards are read through a tensor map per rank,
+ * kept in device memory per distinct set of shard pointers (the plan's input, each io.input), so
+ * a graph keeps the maps it was captured with. The engine's header has who writes and waits on
+ * each word. SMs: every wait is on a peer's GEMM, which raises its flag from any CTA that runs;
+ * where ranks share the GPU each rank takes at most SMs/ranks - 1, so every rank's GEMM, and the
+ * work before it on its stream, finds SMs while the others spin.
  *
- * CPU: the rank's thread is the GEMM role, with the same schedule, flags and epochs; the closing
- * barrier is the signal pad's (src/symm/barrier.c), which means the same: every rank has
- * finished its reads. */
+ * CPU: the rank's thread is the GEMM role, with the same schedule, flags, done slots and epochs
+ * (the count of runs in the plan's state, advanced after the closing barrier). */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -41,10 +46,11 @@
 
 extern const agmm_backend agmm_backend_ag_matmul_pull;
 
-/* The plan's signal words on every rank: the ready flag, then (GPUs) one done slot per rank
- * (gemm_engine.h, AGMM_PULL_READY and AGMM_PULL_DONE). The CPU world uses the ready flag only.
- * None with one rank, which waits for nobody. */
+/* The plan's signal words on every rank: the ready flag, then one done slot per rank
+ * (gemm_engine.h, AGMM_PULL_READY and AGMM_PULL_DONE). None with one rank, which waits for
+ * nobody. */
 #define READY_WORD 0
+#define DONE_WORD 1
 static agmm_status signals_alloc(agmm_plan *plan, agmm_symm_buf **out)
 {
     const int nranks = agmm_ctx_info(plan->ctx)->nranks;
@@ -62,6 +68,7 @@ typedef struct {
     agmm_symm_buf *signals;
     agmm_cpu_gemm_ws ws;
     agmm_sched sched;
+    uint32_t runs;               /* runs completed: the epoch of the next one is runs + 1 */
     int64_t delay_us;            /* test hook: sleep before the GEMM role */
 } pull_cpu;
 
@@ -94,22 +101,42 @@ static agmm_status cpu_create(agmm_plan *plan)
     return st;
 }
 
-/* Acquires rank src's ready flag for this run (bounded); the shard's rows are readable after. */
-static agmm_status cpu_wait_ready(agmm_plan *plan, const pull_cpu *x, int src)
+/* Acquires rank src's ready flag for epoch e (bounded); the shard's rows are readable after. */
+static agmm_status cpu_wait_ready(agmm_plan *plan, const pull_cpu *x, int src, uint32_t e)
 {
     const agmm_rank_info *ri = agmm_ctx_info(plan->ctx);
     uint32_t seen = 0;
-    if (agmm_cpu_flag_wait((const uint32_t *)x->signals->peer[src] + READY_WORD, plan->epoch, ri->timeout_s,
-                           &seen))
+    if (agmm_cpu_flag_wait((const uint32_t *)x->signals->peer[src] + READY_WORD, e, ri->timeout_s, &seen))
         return AGMM_SUCCESS;
     return AGMM_FAIL(agmm_ctx_err(plan->ctx), AGMM_ERR_TIMEOUT,
                      "rank %d: %s waited %.2f s for rank %d's ready flag at epoch %u (it reads %u): rank %d never "
                      "started this run, so its shard was never said to be written",
-                     ri->rank, WHAT, ri->timeout_s, src, plan->epoch, seen, src);
+                     ri->rank, WHAT, ri->timeout_s, src, e, seen, src);
 }
 
-/* The GEMM role: every tile of the schedule, in its order, reading A where it lives. */
-static agmm_status cpu_compute(agmm_plan *plan, pull_cpu *x, const agmm_ag_matmul_io *io)
+/* The closing barrier for epoch e: this rank has read every peer's shard for the last time in
+ * this run; it says so in its slot of every peer's done slots (release), then acquires every
+ * peer's slot of its own (bounded), after which no peer reads its shard in this run. */
+static agmm_status cpu_close(agmm_plan *plan, const pull_cpu *x, uint32_t e)
+{
+    const agmm_rank_info *ri = agmm_ctx_info(plan->ctx);
+    for (int q = 0; q < ri->nranks; q++)
+        if (q != ri->rank)
+            agmm_cpu_flag_raise((uint32_t *)x->signals->peer[q] + DONE_WORD + ri->rank, e);
+    for (int q = 0; q < ri->nranks; q++) {
+        uint32_t seen = 0;
+        if (q != ri->rank &&
+            !agmm_cpu_flag_wait((const uint32_t *)x->signals->local + DONE_WORD + q, e, ri->timeout_s, &seen))
+            return AGMM_FAIL(agmm_ctx_err(plan->ctx), AGMM_ERR_TIMEOUT,
+                             "rank %d: %s closing barrier waited %.2f s for rank %d's done slot at epoch %u (it reads "
+                             "%u): rank %d never arrived (it may still read this rank's shard)",
+                             ri->rank, WHAT, ri->timeout_s, q, e, seen, q);
+    }
+    return AGMM_SUCCESS;
+}
+
+/* The GEMM role of epoch e: every tile of the schedule, in its order, reading A where it lives. */
+static agmm_status cpu_compute(agmm_plan *plan, pull_cpu *x, const agmm_ag_matmul_io *io, uint32_t e)
 {
     const agmm_ag_matmul_desc *d = &plan->desc.mm;
     const agmm_sched *s = &x->sched;
@@ -120,7 +147,7 @@ static agmm_status cpu_compute(agmm_plan *plan, pull_cpu *x, const agmm_ag_matmu
         agmm_tile t;
         agmm_sched_tile(s, i, &t);
         if (!(ready >> t.src_rank & 1)) {
-            agmm_status st = cpu_wait_ready(plan, x, t.src_rank);
+            agmm_status st = cpu_wait_ready(plan, x, t.src_rank, e);
             if (st != AGMM_SUCCESS)
                 return st;
             ready |= 1ull << t.src_rank;
@@ -138,19 +165,22 @@ static agmm_status cpu_compute(agmm_plan *plan, pull_cpu *x, const agmm_ag_matmu
 static agmm_status cpu_run(agmm_plan *plan, const void *io, void *stream)
 {
     pull_cpu *x = plan->state;
+    const uint32_t e = x->runs + 1;
     agmm_cpu_gemm_ws_forget_b(&x->ws); /* B may hold new values since the last run */
     /* Entry: the caller wrote the shard on this thread before the call; the release publishes it
      * to every peer that acquires the flag. */
     if (x->signals)
-        agmm_cpu_flag_raise((uint32_t *)x->signals->local + READY_WORD, plan->epoch);
+        agmm_cpu_flag_raise((uint32_t *)x->signals->local + READY_WORD, e);
     if (x->delay_us > 0) {
         struct timespec nap = {(time_t)(x->delay_us / 1000000), (long)(x->delay_us % 1000000) * 1000};
         nanosleep(&nap, NULL);
     }
-    agmm_status st = cpu_compute(plan, x, io);
-    if (st != AGMM_SUCCESS)
-        return st;
-    return x->signals ? agmm_symm_barrier_host(plan->ctx, WHAT " closing barrier") : AGMM_SUCCESS;
+    agmm_status st = cpu_compute(plan, x, io, e);
+    if (st == AGMM_SUCCESS && x->signals)
+        st = cpu_close(plan, x, e);
+    if (st == AGMM_SUCCESS)
+        x->runs = e;
+    return st;
 }
 
 static const agmm_backend_impl pull_cpu_impl = {
@@ -162,19 +192,18 @@ static const agmm_backend_impl pull_cpu_impl = {
 
 /* ---- GPUs ---- */
 #ifdef AGMM_HAVE_CUDA
-#include "../kernels/delay.h"
 #include "../kernels/gemm_engine.h"
-#include "../kernels/signal.h"
 #include "../world/gpu_check.h"
 #include "../world/rank_gpu.h"
 
-_Static_assert(READY_WORD == AGMM_PULL_READY, "the CPU world's ready flag is where the engine reads it");
+_Static_assert(READY_WORD == AGMM_PULL_READY && DONE_WORD == AGMM_PULL_DONE,
+               "the CPU world's signal words are where the engine reads them");
+_Static_assert(AGMM_GEMM_MAP_SLOTS == 16, "agmm.h (CUDA graphs) promises pull's captures 16 inputs");
 
 typedef struct {
     agmm_symm_buf *signals;
     agmm_gemm_plan *gemm;
     const void *peers[AGMM_MAX_RANKS]; /* this run's shards, as this rank addresses them */
-    uint64_t delay_ns;                 /* test hook: a device delay before the GEMM */
 } pull_gpu;
 
 static void gpu_destroy(agmm_plan *plan)
@@ -250,30 +279,12 @@ static agmm_status gpu_create(agmm_plan *plan)
         AGMM_FAIL(err, st, "rank %d: GEMM engine plan: %s", ri->rank, why);
         goto fail;
     }
-    /* The maps of the plan's own input now, so runs from it upload nothing. */
+    /* The maps of the plan's own input now, so runs from it fill nothing. */
     AGMM_TRY(st, set_peers(plan, x, g->copy_stream));
     AGMM_CUDA_TRY(st, err, cudaStreamSynchronize(g->copy_stream));
     /* Everyone leaves plan time together: a rank's first run must not meet a peer still in
      * cudaMalloc, which may synchronise a shared device. */
     AGMM_TRY(st, agmm_host_barrier(ctx));
-fail:
-    return st;
-}
-
-/* The entry: this rank's ready flag, after everything enqueued on S before (the shard). */
-static agmm_status raise_ready(agmm_plan *plan, pull_gpu *x, cudaStream_t s)
-{
-    agmm_status st = AGMM_SUCCESS;
-    agmm_error *err = agmm_ctx_err(plan->ctx);
-    const agmm_gpu_rank *g = agmm_ctx_gpu(plan->ctx);
-    uint32_t *ready = (uint32_t *)x->signals->local + AGMM_PULL_READY;
-    if (g->write_value32) {
-        if (g->write_value32(s, (uintptr_t)ready, plan->epoch, 0) != 0)
-            return AGMM_FAIL(err, AGMM_ERR_CUDA, "rank %d: cuStreamWriteValue32 of the ready flag failed",
-                             agmm_ctx_info(plan->ctx)->rank);
-    } else {
-        AGMM_CUDA_TRY(st, err, agmm_launch_flag_raise(ready, plan->epoch, s));
-    }
 fail:
     return st;
 }
@@ -291,11 +302,7 @@ static agmm_status gpu_run(agmm_plan *plan, const void *vio, void *stream)
     if (st != AGMM_SUCCESS)
         return AGMM_FAIL(err, st, "rank %d: GEMM engine operands: %s", agmm_ctx_info(ctx)->rank, why);
     AGMM_TRY(st, set_peers(plan, x, s));
-    if (x->signals)
-        AGMM_TRY(st, raise_ready(plan, x, s));
-    if (x->delay_ns > 0)
-        AGMM_CUDA_TRY(st, err, agmm_launch_delay(x->delay_ns, s));
-    st = agmm_gemm_run(x->gemm, plan->epoch, s);
+    st = agmm_gemm_run(x->gemm, 0, s); /* its epoch, ready flag and closing barrier are on the device */
     if (st != AGMM_SUCCESS)
         return AGMM_FAIL(err, st, "rank %d: GEMM engine launch failed: %s", agmm_ctx_info(ctx)->rank,
                          cudaGetErrorString(cudaGetLastError()));
@@ -341,7 +348,7 @@ agmm_status agmm_pull_set_delay(agmm_plan *plan, int64_t delay_ns)
         return AGMM_SUCCESS;
     }
 #ifdef AGMM_HAVE_CUDA
-    ((pull_gpu *)plan->state)->delay_ns = (uint64_t)delay_ns;
+    agmm_gemm_plan_set_delay(((pull_gpu *)plan->state)->gemm, (uint64_t)delay_ns);
 #endif
     return AGMM_SUCCESS;
 }

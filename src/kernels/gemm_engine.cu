@@ -11,7 +11,8 @@
  *   warpgroup 0, "producer" (56 registers): thread 0 walks the CTA's units and, per 64-wide K
  *     block, waits for a free slot and issues the TMA loads of A (BM x 64) and B (BN x 64)
  *     into it. Before a unit's first load it does the fused-path wait (below). The other
- *     threads idle to the end (a cluster barrier counts them).
+ *     threads idle to the end (a cluster barrier counts them), except thread 32 in pull mode,
+ *     which raises the rank's ready word (below).
  *   warpgroups 1 and 2, "consumers" (224 registers): consumer w computes its part of the
  *     BM x BN tile, rows [w*BM/2, (w+1)*BM/2) (wgn 1) or columns [w*BN/2, (w+1)*BN/2) (wgn 2),
  *     as 64-row blocks of wgmma m64nNk16 (fp32 accumulators in registers), then stores it to C
@@ -53,16 +54,31 @@
  *   a dead peer is an error, never a hang. Tiles that read the rank's own shard (a_local) never
  *   wait.
  *
- * Pull mode (desc.pull; the `pull` backend): one kernel is the whole all-gather matmul.
+ * Pull mode (desc.pull; the `pull` backend): one kernel is the whole all-gather matmul, and
+ *   nothing in it comes from the host per run, so a CUDA graph replays it as a new run.
+ *   Epoch: the plan's epoch word (device memory, zero at plan time) counts the runs completed.
+ *   Every CTA's thread 32 reads it at the start (the run's epoch e = word + 1, kept in shared
+ *   memory for the CTA's roles, before the barrier that starts them); the last CTA of the
+ *   closing barrier (below) stores e into it, once every CTA of the grid has counted itself in,
+ *   so no CTA of this run reads it after. The next run starts after this kernel has completed
+ *   (one stream; runs of a rank are ordered), so every CTA of it reads e. Every rank runs the
+ *   plan's runs alike, so every rank's e agrees.
  *   Loads: a tile of rank src's rows is loaded through peer_maps[src], a tensor map over src's
- *   shard (NVLink peer memory, or the same GPU's where ranks share one), kept in device memory
- *   and uploaded by the host when the shard pointers change; the producer orders its first use
- *   after the upload with fence.proxy.tensormap. Tiles of this rank's rows read a_local.
- *   Ready words (signals[src][AGMM_PULL_READY]): writer: rank src's stream (a stream write with
- *   its memory barrier, or a release kernel), after its shard is written, with the run's epoch (the `ready` of agmm_gemm_run).
- *   Waiter: the producer thread, before its first tile of src's rows (then remembered for the
- *   run in a bit mask, so each CTA reads each peer's word once): the same bounded acquire and
- *   proxy fence as a chunk flag. Reset: never (epochs).
+ *   shard (NVLink peer memory, or the same GPU's where ranks share one). The maps live in device
+ *   memory, one set per distinct set of shard pointers (map slots, filled by a small kernel that
+ *   carries them as its parameter, so a captured fill replays the same bytes); the producer
+ *   orders its first use after the fill with fence.proxy.tensormap. Tiles of this rank's rows
+ *   read a_local.
+ *   Ready words (signals[src][AGMM_PULL_READY]): writer: rank src's own kernel, thread 32 of
+ *   every CTA (an idle producer-warpgroup thread, so the producer does not wait on the fence) at
+ *   the CTA's start: a system-scope fence, then a release store of e. The shard was written by
+ *   work before the kernel on its stream, complete when the kernel starts: the fence and the
+ *   release make it visible to any peer that acquires the word. Every CTA raises it (the same
+ *   value), so peers depend only on some CTA of this kernel running, not on a given one being
+ *   scheduled first. Waiter: the producer thread, before its first tile of src's rows (then
+ *   remembered for the run in a bit mask, so each CTA reads each peer's word once): the same
+ *   bounded acquire and proxy fence as a chunk flag, for >= e.
+ *   Reset: never (epochs).
  *   The gathered A, a by-product: every A tile loaded for the first column of C (col0 == 0) is
  *   stored from its ring slot to `a` by a TMA store through a 3-D map {k, m, nranks}, so a
  *   short tile's rows past the shard's end are clipped. The producer issues the store when it
@@ -74,10 +90,11 @@
  *   Closing barrier (nranks > 1): done slots signals[r][AGMM_PULL_DONE + q]. When every thread
  *   of a CTA is done (all its loads consumed, its stores written), thread 0 counts the CTA in
  *   on close_ctr (device memory of the plan); the last CTA of the grid resets the counter,
- *   writes the epoch into slot `rank` of every peer (release, system scope) and waits (the
- *   bounded acquire) until every peer has written its slot of ours: the kernel ends only when
- *   no peer will read this rank's shard again in this run, so the caller may overwrite it.
- *   Writer of a slot: only rank q; waiter: only the owner's last CTA; reset: never (epochs).
+ *   advances the epoch word to e, writes e into slot `rank` of every peer (release, system
+ *   scope) and waits (the bounded acquire) until every peer has written its slot of ours: the
+ *   kernel ends only when no peer will read this rank's shard again in this run, so the caller
+ *   may overwrite it. Writer of a slot: only rank q; waiter: only the owner's last CTA; reset:
+ *   never (epochs).
  */
 #include "kernels/gemm_engine.h"
 
@@ -130,18 +147,21 @@ struct gemm_params {
     agmm_dev_error *err;
     uint64_t timeout_ns;
     uint32_t ready;          /* the value a chunk flag must reach */
+    uint64_t delay_ns;       /* test hook: each producer starts its loads this late (0: none) */
     /* Split-tail (SK) configs only: tiles from sk_first on are cut into sk_split K pieces, reduced
      * through sk_ws (fp32 partials) and sk_ctr (arrival counters, zero between runs). */
     int64_t sk_first;
     int sk_split;
     float *sk_ws;
     uint32_t *sk_ctr;
-    /* Pull mode (header comment): peer_maps[r] over rank r's shard (dims {k, m}, box {64, BM}, in
-     * device memory), the ranks' signal words, and the closing barrier's CTA counter. */
+    /* Pull mode (header comment): peer_maps[r] over rank r's shard (dims {k, m}, box {64, BM}, the
+     * map slot of this run's shards, in device memory), the ranks' signal words, the closing
+     * barrier's CTA counter and the epoch word (runs completed). */
     int pull;
     const CUtensorMap *peer_maps;
     uint32_t *const *signals;
     uint32_t *close_ctr;
+    uint32_t *epoch;
 };
 
 #include "kernels/hopper_ptx.cuh"
@@ -162,24 +182,25 @@ __device__ __forceinline__ void release_slot(uint32_t bars, int s, int share, ui
 
 /* ---- roles ------------------------------------------------------------------------------- */
 
-/* The bounded wait on one epoch flag (see the header comment): a tile's chunk flag, or in pull
- * mode a peer's ready word or done slot; `wait`, `chunk` and `peer` name it in the error record.
- * Returns 1 when waits are off from now on: this wait expired, or another CTA's already did (its
- * record is set). */
-__device__ __noinline__ int wait_flag(const gemm_params &p, const uint32_t *flag, int wait, int chunk, int peer)
+/* The bounded wait until a flag reaches `target` (see the header comment): a tile's chunk flag
+ * (target: the run's `ready`), or in pull mode a peer's ready word or done slot (target: the
+ * run's epoch); `wait`, `chunk` and `peer` name it in the error record. Returns 1 when waits are
+ * off from now on: this wait expired, or another CTA's already did (its record is set). */
+__device__ __noinline__ int wait_flag(const gemm_params &p, const uint32_t *flag, uint32_t target, int wait, int chunk,
+                                      int peer)
 {
     uint32_t seen = agmm_ld_acquire_sys(flag);
-    if ((int32_t)(seen - p.ready) < 0) {
+    if ((int32_t)(seen - target) < 0) {
         const uint64_t deadline = agmm_globaltimer_ns() + p.timeout_ns;
         for (;;) {
             __nanosleep(64); /* the SM's consumers may still be busy: keep issue slots free */
             seen = agmm_ld_acquire_sys(flag);
-            if ((int32_t)(seen - p.ready) >= 0)
+            if ((int32_t)(seen - target) >= 0)
                 break;
             if (*(volatile const uint32_t *)&p.err->code != AGMM_DEV_OK)
                 return 1;
             if (agmm_globaltimer_ns() > deadline) {
-                agmm_dev_error_record(p.err, p.sched.rank, peer, wait, chunk, p.ready, seen);
+                agmm_dev_error_record(p.err, p.sched.rank, peer, wait, chunk, target, seen);
                 return 1;
             }
         }
@@ -307,25 +328,40 @@ __device__ __forceinline__ void bulk_wait(void)
         asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
 
-/* The peers' maps were written to global memory by a host upload: order that before this
- * thread's TMA loads through them. */
+/* The peers' maps were written to global memory by the slot's fill kernel (generic proxy):
+ * order that before this thread's TMA loads through them. */
 __device__ __forceinline__ void pull_acquire_maps(const gemm_params &p)
 {
     for (int r = 0; r < p.sched.nranks; r++)
         asm volatile("fence.proxy.tensormap::generic.acquire.sys [%0], 128;" ::"l"(p.peer_maps + r) : "memory");
 }
 
+/* This run's epoch (header comment): the runs completed, written by the last run's last CTA
+ * before that kernel completed, plus one. */
+__device__ __forceinline__ uint32_t pull_run_epoch(const gemm_params &p)
+{
+    return *(volatile const uint32_t *)p.epoch + 1u;
+}
+
+/* Entry (header comment): this rank's shard, written by the work before this kernel on its
+ * stream, is made visible at system scope, then the ready word says so to every peer. */
+__device__ __noinline__ void pull_raise_ready(const gemm_params &p, uint32_t epoch)
+{
+    __threadfence_system();
+    agmm_st_release_sys(p.signals[p.sched.rank] + AGMM_PULL_READY, epoch);
+}
+
 /* The wait before a tile of rank src's rows (pull mode): src's ready word, once per CTA and run. */
-__device__ __forceinline__ int pull_wait_ready(const gemm_params &p, int src, uint64_t *seen)
+__device__ __forceinline__ int pull_wait_ready(const gemm_params &p, int src, uint32_t epoch, uint64_t *seen)
 {
     if (*seen >> src & 1)
         return 0;
     *seen |= 1ull << src;
-    return wait_flag(p, p.signals[src] + AGMM_PULL_READY, AGMM_WAIT_READY, -1, src);
+    return wait_flag(p, p.signals[src] + AGMM_PULL_READY, epoch, AGMM_WAIT_READY, -1, src);
 }
 
 /* The closing barrier (header comment); every thread of the CTA calls it. */
-__device__ __noinline__ void pull_close(const gemm_params &p)
+__device__ __noinline__ void pull_close(const gemm_params &p, uint32_t epoch)
 {
     __syncthreads(); /* every load of this CTA was consumed and every store written */
     if (threadIdx.x != 0)
@@ -333,22 +369,34 @@ __device__ __noinline__ void pull_close(const gemm_params &p)
     __threadfence();
     if (atomicAdd(p.close_ctr, 1u) != gridDim.x - 1)
         return;
-    /* The last CTA: every other one counted in after its fence, so the whole grid is done. */
+    /* The last CTA: every other one counted in after its fence, so the whole grid is done, and
+     * every CTA has read the epoch word: both are for the next run, which starts after this
+     * kernel. */
     __threadfence();
-    *p.close_ctr = 0; /* for the next run, which starts after this kernel */
+    *p.close_ctr = 0;
+    *p.epoch = epoch;
     /* The reads of peers' shards went through the async proxy: ordered before the release. */
     asm volatile("fence.proxy.async.global;" ::: "memory");
     const int rank = p.sched.rank;
     for (int q = 0; q < p.sched.nranks; q++)
         if (q != rank)
-            agmm_st_release_sys(p.signals[q] + AGMM_PULL_DONE + rank, p.ready);
+            agmm_st_release_sys(p.signals[q] + AGMM_PULL_DONE + rank, epoch);
     for (int q = 0; q < p.sched.nranks; q++)
-        if (q != rank && wait_flag(p, p.signals[rank] + AGMM_PULL_DONE + q, AGMM_WAIT_BARRIER, -1, q))
+        if (q != rank && wait_flag(p, p.signals[rank] + AGMM_PULL_DONE + q, epoch, AGMM_WAIT_BARRIER, -1, q))
             break;
 }
 
+/* The test hook (agmm_gemm_plan_set_delay): the producer starts `delay_ns` late. */
+__device__ __noinline__ void producer_delay(uint64_t delay_ns)
+{
+    const uint64_t t0 = agmm_globaltimer_ns();
+    while (agmm_globaltimer_ns() - t0 < delay_ns)
+        __nanosleep(1000);
+}
+
 template <int BM, int BN, int STAGES, int B_MN, int CL, int SK>
-__device__ __forceinline__ void gemm_producer(const gemm_params &p, uint32_t sa, uint32_t sb, uint32_t bars)
+__device__ __forceinline__ void gemm_producer(const gemm_params &p, uint32_t sa, uint32_t sb, uint32_t bars,
+                                              uint32_t epoch)
 {
     constexpr uint32_t A_BYTES = smem_layout<BM, BN, STAGES>::a_bytes, B_BYTES = smem_layout<BM, BN, STAGES>::b_bytes;
     const int64_t ntiles = agmm_sched_num_tiles(&p.sched), nunits = num_units<SK>(p, ntiles);
@@ -361,6 +409,8 @@ __device__ __forceinline__ void gemm_producer(const gemm_params &p, uint32_t sa,
     pull_store store[STAGES];
     if (p.pull)
         pull_acquire_maps(p);
+    if (p.delay_ns)
+        producer_delay(p.delay_ns);
     for (int64_t u = blockIdx.x; u < nunits; u += gridDim.x) {
         const unit_job uj = unit_of<SK>(p, u);
         agmm_tile t;
@@ -372,9 +422,9 @@ __device__ __forceinline__ void gemm_producer(const gemm_params &p, uint32_t sa,
         const CUtensorMap *map_a = from_local ? &p.map_a_local : p.pull ? p.peer_maps + t.src_rank : &p.map_a;
         const int a_row = (int)(from_local || p.pull ? t.shard_row0 : t.row0);
         if (p.pull && !from_local && !waits_off)
-            waits_off = pull_wait_ready(p, t.src_rank, &ready_seen);
+            waits_off = pull_wait_ready(p, t.src_rank, epoch, &ready_seen);
         else if (p.flags && !from_local && !waits_off)
-            waits_off = wait_flag(p, p.flags + t.chunk, AGMM_WAIT_CHUNK, t.chunk, t.src_rank);
+            waits_off = wait_flag(p, p.flags + t.chunk, p.ready, AGMM_WAIT_CHUNK, t.chunk, t.src_rank);
         for (int kb = uj.kb0; kb < uj.kb1; kb++) {
             const uint32_t full = bars + 8 * stage, empty = bars + 8 * (STAGES + stage);
             /* Slot free: our consumers, and with a shared B the partner's too, are done with its
@@ -604,7 +654,11 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_ws_kernel(const __grid_c
     const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
     const uint32_t sa = base + L::a_ring, sb = base + L::b_ring, bars = base + L::bars;
     const int wg = threadIdx.x / 128;
+    const int pull_ranks = p.pull && p.sched.nranks > 1; /* the epoch, ready word and closing barrier */
+    __shared__ uint32_t run_epoch;                         /* pull: this run's epoch, for every role */
 
+    if (threadIdx.x == 32) /* another warp than the barriers' set-up, so the load overlaps it */
+        run_epoch = pull_ranks ? pull_run_epoch(p) : 0;
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) {
             mbar_init(bars + 8 * s, 1);
@@ -629,7 +683,9 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_ws_kernel(const __grid_c
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 56;");
         if (threadIdx.x == 0)
-            gemm_producer<BM, BN, STAGES, B_MN, CL, SK>(p, sa, sb, bars);
+            gemm_producer<BM, BN, STAGES, B_MN, CL, SK>(p, sa, sb, bars, run_epoch);
+        else if (threadIdx.x == 32 && pull_ranks)
+            pull_raise_ready(p, run_epoch);
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 224;");
         /* This warp's epilogue staging rows. */
@@ -642,8 +698,25 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_ws_kernel(const __grid_c
         __syncwarp();
         cluster_sync();
     }
-    if (p.pull && p.sched.nranks > 1)
-        pull_close(p);
+    if (pull_ranks)
+        pull_close(p, run_epoch);
+}
+
+/* One map slot's contents (pull mode), carried as a kernel parameter: 8 KB at AGMM_MAX_RANKS,
+ * within the 32 KB that sm_70 and later accept. */
+struct map_set {
+    CUtensorMap map[AGMM_MAX_RANKS];
+};
+
+/* Grid 1 x 256: stores the first n maps of `maps` into a map slot. From a parameter, not a copy
+ * from host memory: a fill captured in a CUDA graph replays these bytes, whatever the host has
+ * encoded since. */
+__global__ void fill_map_slot_kernel(CUtensorMap *slot, int n, const __grid_constant__ map_set maps)
+{
+    const uint4 *src = (const uint4 *)maps.map;
+    uint4 *dst = (uint4 *)slot;
+    for (int i = (int)threadIdx.x; i < n * (int)(sizeof(CUtensorMap) / sizeof(uint4)); i += (int)blockDim.x)
+        dst[i] = src[i];
 }
 
 /* ---- host side: policy, descriptors, launch ------------------------------------------------ */
@@ -784,15 +857,19 @@ struct agmm_gemm_plan {
     int64_t tiles;
     size_t smem_bytes;
     void *sk_ws; /* split-tail workspace: partials, then counters (one allocation) */
-    /* Pull mode: the peers' maps in device memory followed by the closing barrier's counter (one
-     * allocation); their staging in pinned host memory, which the last upload has read once
-     * peers_read has fired (peers_pending: an upload was enqueued); the shard pointers the maps
-     * were made from. */
+    /* Pull mode (agmm_gemm_plan_set_peers): one device allocation of AGMM_GEMM_MAP_SLOTS sets of
+     * nranks maps, then the closing barrier's CTA counter and the epoch word. Per slot: the shard
+     * pointers its maps are made from (slot_ptr[s][0] == NULL: empty), the use that last chose
+     * it (the least recently used is refilled first), whether a stream capture chose it (then a
+     * graph refers to it: never refilled with other maps), whether work outside a capture has
+     * filled it, and else which capture did (only that graph's replays write it). `fill`: the
+     * encoding of a slot's maps. */
     void *pull_dev;
-    CUtensorMap *peer_staging;
-    cudaEvent_t peers_read;
-    int peers_pending;
-    const void *peer_ptr[AGMM_MAX_RANKS];
+    const void *slot_ptr[AGMM_GEMM_MAP_SLOTS][AGMM_MAX_RANKS];
+    uint64_t slot_used[AGMM_GEMM_MAP_SLOTS], uses;
+    int slot_pinned[AGMM_GEMM_MAP_SLOTS], slot_filled[AGMM_GEMM_MAP_SLOTS];
+    unsigned long long slot_capture[AGMM_GEMM_MAP_SLOTS];
+    map_set fill;
     char name[128];
 };
 
@@ -907,6 +984,29 @@ extern "C" agmm_status agmm_gemm_plan_set_ptrs(agmm_gemm_plan *pl, const void *a
     return AGMM_SUCCESS;
 }
 
+/* The map slot holding `peers`' maps, or -1. */
+static int slot_find(const agmm_gemm_plan *pl, const void *const *peers)
+{
+    for (int s = 0; s < AGMM_GEMM_MAP_SLOTS; s++)
+        if (pl->slot_ptr[s][0] && !memcmp(pl->slot_ptr[s], peers, (size_t)pl->desc.nranks * sizeof *peers))
+            return s;
+    return -1;
+}
+
+/* The slot to fill: an empty one, else the least recently used of those no capture holds; -1
+ * when every slot is held. */
+static int slot_victim(const agmm_gemm_plan *pl)
+{
+    int best = -1;
+    for (int s = 0; s < AGMM_GEMM_MAP_SLOTS; s++) {
+        if (!pl->slot_ptr[s][0])
+            return s;
+        if (!pl->slot_pinned[s] && (best < 0 || pl->slot_used[s] < pl->slot_used[best]))
+            best = s;
+    }
+    return best;
+}
+
 extern "C" agmm_status agmm_gemm_plan_set_peers(agmm_gemm_plan *pl, const void *const *peers, cudaStream_t stream,
                                                 char *err, size_t errlen)
 {
@@ -915,57 +1015,75 @@ extern "C" agmm_status agmm_gemm_plan_set_peers(agmm_gemm_plan *pl, const void *
         set_err(err, errlen, "gemm: peers' shards are for a plan in pull mode");
         return AGMM_ERR_INVALID_ARG;
     }
-    int changed = 0;
-    for (int r = 0; r < d->nranks; r++) {
+    for (int r = 0; r < d->nranks; r++)
         if (!peers[r] || misaligned(peers[r])) {
             set_err(err, errlen, "gemm: rank %d's shard %p must be a 16-byte aligned pointer", r, peers[r]);
             return AGMM_ERR_INVALID_ARG;
         }
-        changed |= peers[r] != pl->peer_ptr[r];
-    }
-    if (!changed)
-        return AGMM_SUCCESS;
-    /* The last upload may not have read the staging yet (its stream may be runs behind). */
-    cudaError_t ce = pl->peers_pending ? cudaEventSynchronize(pl->peers_read) : cudaSuccess;
-    for (int r = 0; ce == cudaSuccess && r < d->nranks; r++) {
-        agmm_status st = encode_2d(pl, &pl->peer_staging[r], peers[r], (uint64_t)d->k, (uint64_t)d->m, GEMM_BK,
-                                   (uint32_t)k_configs[pl->config].bm, "a peer's shard", err, errlen);
-        if (st)
-            return st;
-    }
-    if (ce == cudaSuccess)
-        ce = cudaMemcpyAsync(pl->pull_dev, pl->peer_staging, (size_t)d->nranks * sizeof(CUtensorMap),
-                             cudaMemcpyHostToDevice, stream);
-    if (ce == cudaSuccess)
-        ce = cudaEventRecord(pl->peers_read, stream);
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    unsigned long long capture = 0;
+    cudaError_t ce = cudaStreamGetCaptureInfo(stream, &cap, &capture);
     if (ce != cudaSuccess) {
-        set_err(err, errlen, "gemm: upload of the peers' maps: %s", cudaGetErrorString(ce));
+        set_err(err, errlen, "gemm: cudaStreamGetCaptureInfo: %s", cudaGetErrorString(ce));
         return AGMM_ERR_CUDA;
     }
-    pl->peers_pending = 1;
-    memcpy(pl->peer_ptr, peers, (size_t)d->nranks * sizeof *peers);
+    const int capturing = cap != cudaStreamCaptureStatusNone;
+    int s = slot_find(pl, peers);
+    const int fresh = s < 0;
+    if (fresh && (s = slot_victim(pl)) < 0) {
+        set_err(err, errlen, "gemm: pull mode keeps the maps of %d distinct shard sets, and CUDA graphs captured "
+                "from this plan hold all of them: capture more inputs with another plan", AGMM_GEMM_MAP_SLOTS);
+        return AGMM_ERR_UNSUPPORTED;
+    }
+    /* A slot filled only inside a capture holds its maps only once that graph has run: work
+     * outside the graph fills it again (the same bytes). */
+    if (fresh || !(pl->slot_filled[s] || (capturing && pl->slot_capture[s] == capture))) {
+        for (int r = 0; r < d->nranks; r++) {
+            agmm_status st = encode_2d(pl, &pl->fill.map[r], peers[r], (uint64_t)d->k, (uint64_t)d->m, GEMM_BK,
+                                       (uint32_t)k_configs[pl->config].bm, "a peer's shard", err, errlen);
+            if (st)
+                return st;
+        }
+        /* Stream order puts the fill after the runs before (the caller orders its runs), so no
+         * run still reads the slot's old maps; the runs after find the new ones. */
+        CUtensorMap *slot = (CUtensorMap *)pl->pull_dev + (size_t)s * d->nranks;
+        fill_map_slot_kernel<<<1, 256, 0, stream>>>(slot, d->nranks, pl->fill);
+        ce = cudaGetLastError();
+        if (ce != cudaSuccess) {
+            set_err(err, errlen, "gemm: the fill of the peers' maps: %s", cudaGetErrorString(ce));
+            return AGMM_ERR_CUDA;
+        }
+        memcpy(pl->slot_ptr[s], peers, (size_t)d->nranks * sizeof *peers);
+        pl->slot_filled[s] = !capturing;
+        pl->slot_capture[s] = capturing ? capture : 0;
+    }
+    pl->slot_pinned[s] |= capturing;
+    pl->slot_used[s] = ++pl->uses;
+    pl->params.peer_maps = (const CUtensorMap *)pl->pull_dev + (size_t)s * d->nranks;
     return AGMM_SUCCESS;
 }
 
-/* Pull mode's resources (pull_dev, the staging, the event), at plan creation. */
+extern "C" void agmm_gemm_plan_set_delay(agmm_gemm_plan *pl, uint64_t delay_ns)
+{
+    pl->params.delay_ns = delay_ns;
+}
+
+/* Pull mode's device memory (pull_dev: the map slots, the counter, the epoch word), at plan
+ * creation. */
 static agmm_status pull_create(agmm_gemm_plan *pl, const agmm_gemm_desc *d, char *err, size_t errlen)
 {
-    const size_t maps = (size_t)d->nranks * sizeof(CUtensorMap);
-    cudaError_t ce = cudaMalloc(&pl->pull_dev, maps + sizeof(uint32_t));
+    const size_t maps = (size_t)AGMM_GEMM_MAP_SLOTS * d->nranks * sizeof(CUtensorMap);
+    cudaError_t ce = cudaMalloc(&pl->pull_dev, maps + 2 * sizeof(uint32_t));
     if (ce == cudaSuccess)
-        ce = cudaMemset((char *)pl->pull_dev + maps, 0, sizeof(uint32_t));
-    if (ce == cudaSuccess)
-        ce = cudaHostAlloc((void **)&pl->peer_staging, maps, cudaHostAllocDefault);
-    if (ce == cudaSuccess)
-        ce = cudaEventCreateWithFlags(&pl->peers_read, cudaEventDisableTiming);
+        ce = cudaMemset((char *)pl->pull_dev + maps, 0, 2 * sizeof(uint32_t));
     if (ce != cudaSuccess) {
-        set_err(err, errlen, "gemm: pull mode's maps and counter: %s", cudaGetErrorString(ce));
+        set_err(err, errlen, "gemm: pull mode's maps and counters: %s", cudaGetErrorString(ce));
         return AGMM_ERR_CUDA;
     }
     gemm_params *p = &pl->params;
     p->pull = 1;
-    p->peer_maps = (const CUtensorMap *)pl->pull_dev;
     p->close_ctr = (uint32_t *)((char *)pl->pull_dev + maps);
+    p->epoch = p->close_ctr + 1;
     p->signals = d->signals;
     return AGMM_SUCCESS;
 }
@@ -1136,7 +1254,7 @@ fail:
 
 extern "C" agmm_status agmm_gemm_run(agmm_gemm_plan *pl, uint32_t ready, cudaStream_t stream)
 {
-    if (!pl->desc.a || !pl->desc.b || !pl->desc.c || (pl->desc.pull && !pl->peer_ptr[0]))
+    if (!pl->desc.a || !pl->desc.b || !pl->desc.c || (pl->desc.pull && !pl->params.peer_maps))
         return AGMM_ERR_INVALID_ARG;
     pl->params.ready = ready;
     void *args[] = {&pl->params};
@@ -1155,9 +1273,6 @@ extern "C" void agmm_gemm_plan_destroy(agmm_gemm_plan *pl)
         return;
     cudaFree(pl->sk_ws);
     cudaFree(pl->pull_dev);
-    cudaFreeHost(pl->peer_staging);
-    if (pl->peers_read)
-        cudaEventDestroy(pl->peers_read);
     free(pl);
 }
 

@@ -29,6 +29,8 @@ typedef struct agmm_gemm_plan agmm_gemm_plan;
 
 /* Pull mode's signal words (agmm_gemm_desc.signals): the ready flag, then one done slot per rank. */
 enum { AGMM_PULL_READY = 0, AGMM_PULL_DONE = 1 };
+/* Pull mode: how many distinct sets of shard pointers a plan keeps the maps of (set_peers). */
+#define AGMM_GEMM_MAP_SLOTS 16
 
 typedef struct {
     /* Operands: device pointers, 16-byte aligned, caller-owned. May be NULL at plan time and
@@ -60,12 +62,16 @@ typedef struct {
      * one), once src's ready word says the shard is written; tiles of this rank's rows read
      * a_local and never wait. `a` is written instead of read: each A tile loaded for the first
      * column of C is stored to its rows of `a`, so the gathered A comes out as a by-product.
-     * signals: a device table of nranks pointers, rank r's signal words: word AGMM_PULL_READY is
-     * r's ready flag (only r writes it: the run's epoch, once its shard is written), word
-     * AGMM_PULL_DONE + p is the done slot of rank p (only p writes it: the epoch, once p has
-     * read r's shard for the last time in that run). The kernel ends with that closing barrier:
-     * it returns only when every peer has finished reading this rank's shard. NULL (and no waits,
-     * no barrier) with nranks = 1. Needs dev_error with nranks > 1. */
+     * Epochs: the plan counts its runs on the device (an epoch word, advanced by each run's
+     * kernel at its end), so a run needs no value from the host and a CUDA graph replays it as
+     * a new run; every rank's plan must run the same runs. signals: a device table of nranks
+     * pointers, rank r's signal words, zero at plan time: word AGMM_PULL_READY is r's ready
+     * flag (only r's kernel writes it: the run's epoch, at its start, after the work before it
+     * on its stream wrote the shard), word AGMM_PULL_DONE + p is the done slot of rank p (only p
+     * writes it: the epoch, once p has read r's shard for the last time in that run). The
+     * kernel ends with that closing barrier: it returns only when every peer has finished
+     * reading this rank's shard. NULL (and no waits, no barrier) with nranks = 1. Needs
+     * dev_error with nranks > 1. */
     int pull;
     uint32_t *const *signals;
     int max_ctas;         /* SM budget for the persistent grid; 0: every SM of the device */
@@ -88,22 +94,35 @@ agmm_status agmm_gemm_plan_create(agmm_gemm_plan **out, const agmm_gemm_desc *de
 agmm_status agmm_gemm_plan_set_ptrs(agmm_gemm_plan *plan, const void *a, const void *a_local, const void *b,
                                     void *c, char *err, size_t errlen);
 
-/* Pull mode: the shard of every rank as this rank addresses it (peers[rank] is its own, which
- * local tiles do not read through: they read a_local). Re-encodes the maps only when a pointer
- * changed and then enqueues their upload to the device on `stream`, ahead of the next run; the
- * host waits for the previous upload to have read its staging first (only when pointers change
- * twice within one run's time). AGMM_ERR_INVALID_ARG for a plan not in pull mode or a misaligned
- * pointer, AGMM_ERR_CUDA. */
+/* Pull mode: the shard of every rank as this rank addresses it, for the runs enqueued from now
+ * on (peers[rank] is its own, which local tiles do not read through: they read a_local). The
+ * plan keeps the maps of up to AGMM_GEMM_MAP_SLOTS distinct shard sets in device memory: a set
+ * seen before costs nothing; a new one is encoded (about a microsecond per rank) and stored by a
+ * one-block kernel enqueued on `stream`, which carries the maps as its parameter, into the least
+ * recently used slot. Stream order must put that kernel after the plan's earlier runs, which may
+ * still read the slot (the pull backend's runs of a rank are ordered). A slot chosen while
+ * `stream` is being captured belongs to the graph from then on and is never refilled with other
+ * maps, so every replay finds its own; a slot filled only inside a capture is filled again (the
+ * same bytes) when work outside that graph first uses it. No host wait. AGMM_ERR_INVALID_ARG for
+ * a plan not in pull mode or a misaligned pointer; AGMM_ERR_UNSUPPORTED for a new set when
+ * captures hold every slot; AGMM_ERR_CUDA. */
 agmm_status agmm_gemm_plan_set_peers(agmm_gemm_plan *plan, const void *const *peers, cudaStream_t stream, char *err,
                                      size_t errlen);
 
 /* Enqueues one GEMM on `stream`. ready: the value the chunk flags must reach (fused raises them
- * to 1; ignored without flags), and in pull mode the run's epoch (ready words and done slots)
- * flags). A plan's runs must not overlap in time (enqueue them on one stream): split-tail configs
- * keep a workspace in the plan, and the flags are reset at the end of each run. Returns AGMM_ERR_CUDA if the launch fails, AGMM_ERR_INVALID_ARG if a pointer is
- * still NULL. An expired wait does not fail the call: the kernel records it in dev_error,
- * stops waiting, finishes (with whatever the late chunk held) and the caller reports it. */
+ * to 1; ignored without flags, and in pull mode, whose epochs live on the device). A plan's runs
+ * must not overlap in time (enqueue them on one stream, or order them): split-tail configs keep a
+ * workspace in the plan, the flags are reset and pull's epoch word advanced at the end of each
+ * run. Returns AGMM_ERR_CUDA if the launch fails, AGMM_ERR_INVALID_ARG if a pointer (or in pull
+ * mode the peers) is still missing. An expired wait does not fail the call: the kernel records
+ * it in dev_error, stops waiting, finishes (with whatever the late chunk held) and the caller
+ * reports it. */
 agmm_status agmm_gemm_run(agmm_gemm_plan *plan, uint32_t ready, cudaStream_t stream);
+
+/* Test hook: from the next run on, each CTA's producer starts its loads delay_ns after the CTA
+ * starts (0: at once). In pull mode the rank's ready word still goes up at the kernel's start,
+ * so the rank becomes a slow reader of its peers' shards. Host only; between runs. */
+void agmm_gemm_plan_set_delay(agmm_gemm_plan *plan, uint64_t delay_ns);
 
 void agmm_gemm_plan_destroy(agmm_gemm_plan *plan);
 

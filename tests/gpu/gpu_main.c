@@ -40,6 +40,7 @@ static const agmm_test_case cases[] = {
     {"ag_matmul_fused_chunk_timeout", test_fused_chunk_timeout},
     {"ag_matmul_pull_protocol", test_pull_protocol_gpu},
     {"ag_matmul_pull_timeout", test_pull_timeout_gpu},
+    {"ag_matmul_pull_graph_slots", test_pull_graph_slots_gpu},
     {"auto", test_auto_gpu},
     {"all_reduce_nccl_w1", test_all_reduce_nccl_w1},
     {"gemm_engine", gemm_engine},

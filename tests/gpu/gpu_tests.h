@@ -30,9 +30,11 @@ void test_fused_chunk_timeout(void);
 void test_nccl_sync_timeout(void);
 /* test_leaks.c: plan and world cycles leave host and device memory, mappings and descriptors flat. */
 void test_leaks_gpu(void);
-/* test_pull.c: the pull backend's ready waits, closing barrier, io.input and timeout. */
+/* test_pull.c: the pull backend's ready waits, closing barrier, io.input and timeout; its map
+ * slots under CUDA-graph capture. */
 void test_pull_protocol_gpu(void);
 void test_pull_timeout_gpu(void);
+void test_pull_graph_slots_gpu(void);
 /* test_auto.c: auto measures, agrees across ranks, caches; AGMM_TUNE=0 takes the static rule. */
 void test_auto_gpu(void);
 /* Timing at W = 1 of ce against nccl on the seed shapes; runs only with AGMM_GPUTEST_PERF=1. */
@@ -122,27 +124,37 @@ int step_rank_init(step_rank *sr, agmm_ctx *ctx, const step_case *sc, int slots,
                    gpu_rank_results *res);
 /* Collective (destroys the plan). */
 void step_rank_fini(step_rank *sr);
+/* The end of a rank's job on one stream: waits for `s`, destroys the graphs of execs (NULL ones
+ * skipped), then step_rank_fini and the stream; with ok = 0, a rank with no failure of its own
+ * records that a peer failed first. */
+void step_rank_end(step_rank *sr, cudaStream_t s, const cudaGraphExec_t *execs, int nexecs, int ok);
 /* Fresh inputs for every slot from `seed`, uploaded, and the outputs poisoned, on `s` (async). */
 int step_fill(step_rank *sr, uint64_t seed, cudaStream_t s);
 /* Enqueues step `slot` on `s` (staged: its input copy, then the run). */
 agmm_status step_enqueue(step_rank *sr, int slot, cudaStream_t s);
+/* Captures steps first .. first+steps-1 into one graph on `s` and instantiates it in *exec; the
+ * capture is ended even after a failed step. 0 after recording a failure. */
+int step_capture(step_rank *sr, int first, int steps, cudaStream_t s, cudaGraphExec_t *exec);
 /* Every slot's outputs to the host (waits for `s`), then agmm_ctx_sync. */
 int step_download(step_rank *sr, cudaStream_t s);
 /* Slot `slot` exact on this rank; else 0 with the first difference, prefixed by `what`. */
 int step_check(step_rank *sr, int slot, const char *what);
 /* Whether every rank's ok is 1 (a host exchange): collective work goes on only if so. */
 int step_agree(step_rank *sr, int ok);
-/* The cases the step tests run (test_graph.c), each where the world offers its backend. */
-extern const step_case gpu_step_cases[];
-extern const int gpu_step_ncases;
+/* The cases the step tests run in world w (test_graph.c): every backend of the library's table
+ * (agmm_backend_name) that w offers, on the shapes of its operation; spread = 0: each on every
+ * shape, 1: each shape on one backend, spread over them so that every backend runs one too (the
+ * sanitizer's subset). Fills at most max cases; returns how many. */
+int gpu_step_cases(const agmm_world *w, int spread, step_case *out, int max);
 /* A world of nranks for the step tests: the GPU world (NCCL) for 1, else emulated. */
 agmm_world *gpu_step_world(int nranks);
 /* One PASS line for a job that agmm_world_run (status `run`) ran on every rank, or one FAIL: the
  * world's failure, else the first rank's own (not one that only saw a peer fail). */
 void gpu_report_job(agmm_status run, const gpu_rank_results *res, int nranks, const char *what);
 
-/* test_graph.c: runs captured in CUDA graphs, 1 and 5 steps per graph, each graph replayed 100
- * times with fresh inputs, every result checked; every GPU backend, W = 1 and emulated worlds. */
+/* test_graph.c: runs captured in CUDA graphs, 1 and 5 steps per graph (inputs staged, or io.input
+ * per step), each graph replayed 100 times with fresh inputs, every result checked; every GPU
+ * backend of the table, W = 1 and emulated worlds. */
 void test_graph_w1(void);
 void test_graph_emulated(void);
 /* test_steps.c: 200 steps back to back with fresh inputs and one rank slowed at random by a
@@ -155,7 +167,7 @@ void test_sanitize(void);
 /* Pieces of it from the other files. */
 void test_gemm_engine_small(void);    /* test_gemm_engine.c: every config on a small shape */
 void test_world_small(void);          /* test_world.c: heap, peer reads, barriers at W = 2 */
-void graph_cases(int nranks, int nsteps, int replays);
-void steps_cases(int nranks, int nsteps, int two_streams);
+void graph_cases(int nranks, int nsteps, int replays, int spread);
+void steps_cases(int nranks, int nsteps, int two_streams, int spread);
 
 #endif

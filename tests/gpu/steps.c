@@ -122,6 +122,22 @@ void step_rank_fini(step_rank *sr)
     memset(sr, 0, sizeof *sr);
 }
 
+void step_rank_end(step_rank *sr, cudaStream_t s, const cudaGraphExec_t *execs, int nexecs, int ok)
+{
+    gpu_rank_results *res = sr->res;
+    const int rank = sr->rank;
+    if (s)
+        cudaStreamSynchronize(s);
+    for (int i = 0; i < nexecs; i++)
+        if (execs[i])
+            cudaGraphExecDestroy(execs[i]);
+    step_rank_fini(sr);
+    if (s)
+        cudaStreamDestroy(s);
+    if (!ok && res->ok[rank])
+        gpu_rank_fail(res, rank, "a peer failed first");
+}
+
 /* Where step `slot` reads its input, and where it leaves its output. */
 static char *step_input_ptr(const step_rank *sr, int slot)
 {
@@ -192,6 +208,26 @@ agmm_status step_enqueue(step_rank *sr, int slot, cudaStream_t s)
     if (st != AGMM_SUCCESS)
         gpu_rank_fail(sr->res, sr->rank, "step %d: run: %s: %s", slot, agmm_status_str(st), agmm_last_error(sr->ctx));
     return st;
+}
+
+int step_capture(step_rank *sr, int first, int steps, cudaStream_t s, cudaGraphExec_t *exec)
+{
+    cudaGraph_t graph = NULL;
+    /* Thread-local: the other ranks' threads keep calling CUDA while this one captures. */
+    cudaError_t e = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess)
+        return gpu_rank_fail(sr->res, sr->rank, "cudaStreamBeginCapture: %s", cudaGetErrorString(e));
+    int ok = 1;
+    for (int i = first; i < first + steps && ok; i++)
+        ok = step_enqueue(sr, i, s) == AGMM_SUCCESS;
+    e = cudaStreamEndCapture(s, &graph);
+    if (ok && e == cudaSuccess)
+        e = cudaGraphInstantiate(exec, graph, 0);
+    if (graph)
+        cudaGraphDestroy(graph);
+    if (ok && e != cudaSuccess)
+        ok = gpu_rank_fail(sr->res, sr->rank, "capture of %d steps: %s", steps, cudaGetErrorString(e));
+    return ok;
 }
 
 int step_download(step_rank *sr, cudaStream_t s)

@@ -1,4 +1,5 @@
-/* GPU tests of the ag_matmul backends `nccl`, `ce`, `fused` and `pull`, and the all_reduce `nccl` backends.
+/* GPU tests of the ag_matmul backends (every one of the library's table that a world offers:
+ * `nccl`, `ce`, `fused`, `pull`, ...), and the all_reduce `nccl` backends.
  *
  * Each ag_matmul case runs two calls on every rank with fresh inputs (A, then -A) and outputs
  * poisoned with NaN before each: the gathered A must equal the shards bit for bit; C is compared
@@ -246,6 +247,22 @@ out:
     return kept;
 }
 
+/* Every ag_matmul backend of the library's table that world w offers, on one shape; the C of
+ * `nccl` and `ce` in *c_nccl, *c_ce where those are not NULL (caller frees). */
+static void mm_every_backend(agmm_world *w, const mm_shape *sh, const mm_inputs *in, uint16_t **c_nccl,
+                             uint16_t **c_ce)
+{
+    for (int i = 0; agmm_backend_name(AGMM_OP_AG_MATMUL, i) != NULL; i++) {
+        const char *name = agmm_backend_name(AGMM_OP_AG_MATMUL, i);
+        if (!agmm_backend_available(w, AGMM_OP_AG_MATMUL, name, NULL, 0))
+            continue;
+        uint16_t **keep = c_nccl && strcmp(name, "nccl") == 0 ? c_nccl : c_ce && strcmp(name, "ce") == 0 ? c_ce : NULL;
+        uint16_t *c = mm_case(w, name, sh, in, keep != NULL);
+        if (keep)
+            *keep = c;
+    }
+}
+
 void test_ag_matmul_w1(void)
 {
     static const mm_shape shapes[] = {
@@ -263,11 +280,9 @@ void test_ag_matmul_w1(void)
             agmm_check(0, "ag_matmul W=1: out of host memory");
             continue;
         }
-        uint16_t *c_nccl = mm_case(w, "nccl", &shapes[i], &in, 1);
-        uint16_t *c_ce = mm_case(w, "ce", &shapes[i], &in, 1);
-        /* fused and pull run our GEMM engine: checked against the reference inside mm_case. */
-        mm_case(w, "fused", &shapes[i], &in, 0);
-        mm_case(w, "pull", &shapes[i], &in, 0);
+        /* Each against the reference inside mm_case; nccl and ce (both cuBLASLt) also alike. */
+        uint16_t *c_nccl = NULL, *c_ce = NULL;
+        mm_every_backend(w, &shapes[i], &in, &c_nccl, &c_ce);
         if (c_nccl && c_ce) {
             int64_t count = shapes[i].m * shapes[i].n;
             int64_t bad = agmm_ref_first_mismatch(c_ce, c_nccl, count, 2);
@@ -300,9 +315,7 @@ void test_ag_matmul_ce_emulated(void)
                 agmm_check(0, "ag_matmul emulated: out of host memory");
                 continue;
             }
-            mm_case(w, "ce", &shapes[i], &in, 0);
-            mm_case(w, "fused", &shapes[i], &in, 0);
-            mm_case(w, "pull", &shapes[i], &in, 0);
+            mm_every_backend(w, &shapes[i], &in, NULL, NULL);
             inputs_free(&in);
         }
         agmm_world_destroy(w);
@@ -324,15 +337,13 @@ void test_ag_matmul_gpu_world(void)
     agmm_world *w = gpu_test_world(AGMM_WORLD_GPU, ndev, 0);
     if (w == NULL)
         return;
-    static const char *const backends[] = {"nccl", "ce", "fused", "pull"};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         mm_inputs in;
         if (!inputs_make(&in, ndev, &shapes[i], 3000 + i)) {
             agmm_check(0, "ag_matmul GPU world: out of host memory");
             continue;
         }
-        for (int b = 0; b < 4; b++)
-            mm_case(w, backends[b], &shapes[i], &in, 0);
+        mm_every_backend(w, &shapes[i], &in, NULL, NULL);
         inputs_free(&in);
     }
     agmm_world_destroy(w);

@@ -1,6 +1,7 @@
-/* GPU tests of the symmetric-memory all-reduce backends one_shot and two_shot, in emulated worlds
- * of 1 to 8 ranks sharing this GPU: every rank's kernel runs concurrently on its own stream and
- * the kernels meet in their barriers, as on NVLink, with one GPU's memory standing in for it.
+/* GPU tests of the symmetric-memory all-reduce backends (one_shot, two_shot: every all_reduce
+ * backend of the library's table that an emulated world offers), in emulated worlds of 1 to 8
+ * ranks sharing this GPU: every rank's kernel runs concurrently on its own stream and the kernels
+ * meet in their barriers, as on NVLink, with one GPU's memory standing in for it.
  *
  * Correctness: every case (backend x dtype x n, with n odd, n < W and n = 1 among them) runs three
  * times on one plan with fresh random inputs each time: out of place (output poisoned with NaN),
@@ -225,35 +226,41 @@ static agmm_world *emulated_world(int nranks, double timeout_s)
 
 static void test_correctness(int nranks, const int64_t *ns, int nns)
 {
-    const char *const backends[] = {"one_shot", "two_shot"};
     const agmm_dtype dtypes[] = {AGMM_DTYPE_BF16, AGMM_DTYPE_F32};
-    int ncases = 0;
-    ar_case *cases = calloc((size_t)nns * 4, sizeof *cases);
-    ar_result *res = calloc((size_t)nns * 4 * NMODES, sizeof *res);
+    agmm_world *world = emulated_world(nranks, 5.0);
+    if (world == NULL)
+        return;
+    int nbackends = 0, ncases = 0;
+    while (agmm_backend_name(AGMM_OP_ALL_REDUCE, nbackends) != NULL)
+        nbackends++;
+    ar_case *cases = calloc((size_t)(nns * 2 * nbackends), sizeof *cases);
+    ar_result *res = calloc((size_t)(nns * 2 * nbackends * NMODES), sizeof *res);
     if (cases == NULL || res == NULL) {
         agmm_check(0, "all_reduce: host allocation");
         free(cases);
         free(res);
+        agmm_world_destroy(world);
         return;
     }
-    for (int b = 0; b < 2; b++)
+    for (int b = 0; b < nbackends; b++) {
+        const char *name = agmm_backend_name(AGMM_OP_ALL_REDUCE, b);
+        if (!agmm_backend_available(world, AGMM_OP_ALL_REDUCE, name, NULL, 0))
+            continue; /* needs NCCL: ranks share the GPU (test_ag_matmul.c checks that it says so) */
         for (int d = 0; d < 2; d++)
             for (int i = 0; i < nns; i++)
-                cases[ncases++] = (ar_case){backends[b], dtypes[d], ns[i]};
-    agmm_world *world = emulated_world(nranks, 5.0);
-    if (world) {
-        ar_world w = {.nranks = nranks, .cases = cases, .ncases = ncases, .res = res};
-        pthread_barrier_init(&w.bar, NULL, (unsigned)nranks);
-        agmm_status st = agmm_world_run(world, correctness_rank, &w);
-        pthread_barrier_destroy(&w.bar);
-        if (st != AGMM_SUCCESS)
-            agmm_check(0, "all_reduce W=%d: a rank failed to start: %s", nranks, agmm_status_str(st));
-        else
-            for (int c = 0; c < ncases; c++)
-                for (int m = 0; m < NMODES; m++)
-                    report_case(nranks, &cases[c], m, &res[c * NMODES + m]);
-        agmm_world_destroy(world);
+                cases[ncases++] = (ar_case){name, dtypes[d], ns[i]};
     }
+    ar_world w = {.nranks = nranks, .cases = cases, .ncases = ncases, .res = res};
+    pthread_barrier_init(&w.bar, NULL, (unsigned)nranks);
+    agmm_status st = agmm_world_run(world, correctness_rank, &w);
+    pthread_barrier_destroy(&w.bar);
+    if (st != AGMM_SUCCESS)
+        agmm_check(0, "all_reduce W=%d: a rank failed to start: %s", nranks, agmm_status_str(st));
+    else
+        for (int c = 0; c < ncases; c++)
+            for (int m = 0; m < NMODES; m++)
+                report_case(nranks, &cases[c], m, &res[c * NMODES + m]);
+    agmm_world_destroy(world);
     free(cases);
     free(res);
 }

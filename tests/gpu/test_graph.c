@@ -1,15 +1,22 @@
 /* GPU tests of CUDA-graph capture (agmm.h, "CUDA graphs"). Every rank captures `steps` steps of
- * one plan (each step: its input copied into agmm_plan_input on the stream, then the run) into a
- * graph, instantiates it, and replays it `replays` times; before every replay it writes fresh
- * inputs for every step and poisons every output (steps.c), and after it every step's outputs are
- * checked exactly on every rank. Graphs of 1 step and of `steps` steps, every GPU backend at W = 1
- * (NCCL world) and the backends without NCCL in emulated worlds of 2 and 4 ranks.
+ * one plan into a graph, instantiates it, and replays it `replays` times; before every replay it
+ * writes fresh inputs for every step and poisons every output (steps.c), and after it every
+ * step's outputs are checked exactly on every rank. Three graphs per case: 1 step and `steps`
+ * steps with each step's input copied into agmm_plan_input on the stream (staged), and `steps`
+ * steps each reading its own slot of a caller's symmetric buffer (io.input: the pointers differ
+ * per step and are fixed in the graph). Every backend of the library's table, on every shape of
+ * its operation, at W = 1 (NCCL world) and in emulated worlds of 2 and 4 ranks (where the table's
+ * backends without NCCL run).
  *
  * Why this can fail: a value frozen into the graph at capture (an epoch, a sequence number, a
- * flag value) makes the second replay pass a barrier early or wait for a flag that never comes:
- * wrong sums or NaN rows (checked), or a timeout (agmm_ctx_sync after each replay). In fused plans
- * one peer chunk's copy starts 200 us late, so a chunk flag left raised by the previous step would
- * let the GEMM read that chunk's rows before they land: NaN in C. */
+ * flag value, a descriptor read from host memory at replay) makes the second replay pass a
+ * barrier early, wait for a flag that never comes, or read the wrong buffer: wrong sums or NaN
+ * rows (checked), or a timeout (agmm_ctx_sync after each replay). In fused plans one peer chunk's
+ * copy starts 200 us late, so a chunk flag left raised by the previous step would let the GEMM
+ * read that chunk's rows before they land: NaN in C. In pull plans the last rank reads its peers'
+ * shards 200 us late (a parameter of its captured kernel): a stale epoch would let its peers pass
+ * their closing barrier and overwrite their shards for the next step, or read its shard before
+ * it is written, which a fresh epoch makes them wait for. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,54 +24,72 @@
 #include <cuda_runtime_api.h>
 
 #include "backends/ag_matmul_fused.h"
+#include "backends/ag_matmul_pull.h"
 #include "gpu_tests.h"
 #include "world/world.h"
 #include "../harness.h"
 
-#define FUSED_DELAY_NS 200000
+#define HOOK_DELAY_NS 200000
 
-/* The cases of the step tests (test_steps.c runs them too): odd m and n, splits that cut the
- * shard, both dtypes and in-place runs; the NCCL ones run only where the world has NCCL. */
-const step_case gpu_step_cases[] = {
-    {AGMM_OP_AG_MATMUL, "ce", 40, 72, 64, 2, 0, AGMM_DTYPE_BF16, 0},
-    {AGMM_OP_AG_MATMUL, "fused", 40, 72, 64, 2, 0, AGMM_DTYPE_BF16, 0},
-    {AGMM_OP_AG_MATMUL, "nccl", 40, 72, 64, 1, 0, AGMM_DTYPE_BF16, 0},
-    {AGMM_OP_ALL_REDUCE, "one_shot", 0, 0, 0, 0, 4093, AGMM_DTYPE_BF16, 1},
-    {AGMM_OP_ALL_REDUCE, "one_shot", 0, 0, 0, 0, 4093, AGMM_DTYPE_F32, 0},
-    {AGMM_OP_ALL_REDUCE, "two_shot", 0, 0, 0, 0, 8193, AGMM_DTYPE_BF16, 0},
-    {AGMM_OP_ALL_REDUCE, "two_shot", 0, 0, 0, 0, 4093, AGMM_DTYPE_F32, 1},
-    {AGMM_OP_ALL_REDUCE, "nccl", 0, 0, 0, 0, 4093, AGMM_DTYPE_BF16, 1},
-    {AGMM_OP_ALL_REDUCE, "nccl_plain", 0, 0, 0, 0, 4093, AGMM_DTYPE_F32, 0},
+/* The shapes of the step tests (test_steps.c runs them too), per operation: odd m and n, splits
+ * that cut the shard, both dtypes and in-place runs. The backends come from the library's table
+ * (gpu_step_cases), so a new backend is tested without a line here. The all_reduce order makes
+ * the sanitizer's spread give each of two backends both dtypes, in place and not. */
+static const step_case step_shapes[] = {
+    {AGMM_OP_AG_MATMUL, NULL, 40, 72, 64, 2, 0, AGMM_DTYPE_BF16, 0},
+    {AGMM_OP_ALL_REDUCE, NULL, 0, 0, 0, 0, 4093, AGMM_DTYPE_BF16, 1},
+    {AGMM_OP_ALL_REDUCE, NULL, 0, 0, 0, 0, 8193, AGMM_DTYPE_BF16, 0},
+    {AGMM_OP_ALL_REDUCE, NULL, 0, 0, 0, 0, 4093, AGMM_DTYPE_F32, 0},
+    {AGMM_OP_ALL_REDUCE, NULL, 0, 0, 0, 0, 4093, AGMM_DTYPE_F32, 1},
 };
-const int gpu_step_ncases = (int)(sizeof gpu_step_cases / sizeof gpu_step_cases[0]);
+#define NUM_SHAPES ((int)(sizeof step_shapes / sizeof step_shapes[0]))
+#define MAX_OP_BACKENDS 16
+
+int gpu_step_cases(const agmm_world *w, int spread, step_case *out, int max)
+{
+    const agmm_op ops[2] = {AGMM_OP_AG_MATMUL, AGMM_OP_ALL_REDUCE};
+    int n = 0, dropped = 0;
+    for (int o = 0; o < 2; o++) {
+        const char *backends[MAX_OP_BACKENDS];
+        int nb = 0, nshapes = 0;
+        for (int i = 0; agmm_backend_name(ops[o], i) != NULL; i++)
+            if (agmm_backend_available(w, ops[o], agmm_backend_name(ops[o], i), NULL, 0)) {
+                if (nb < MAX_OP_BACKENDS)
+                    backends[nb++] = agmm_backend_name(ops[o], i);
+                else
+                    dropped++;
+            }
+        for (int s = 0; s < NUM_SHAPES; s++)
+            nshapes += step_shapes[s].op == ops[o];
+        for (int s = 0, j = 0; s < NUM_SHAPES; s++) {
+            if (step_shapes[s].op != ops[o])
+                continue;
+            /* Spread: shape j on backend j % nb, and a backend past the last shape on one too. */
+            for (int b = 0; b < nb; b++)
+                if (!spread || b == j % nb || (b >= nshapes && j == b % nshapes)) {
+                    if (n < max) {
+                        out[n] = step_shapes[s];
+                        out[n++].backend = backends[b];
+                    } else {
+                        dropped++;
+                    }
+                }
+            j++;
+        }
+    }
+    if (dropped)
+        agmm_check(0, "step cases: %d left out (room for %d cases, %d backends per operation)", dropped, max,
+                   MAX_OP_BACKENDS);
+    return n;
+}
 
 typedef struct {
     const step_case *sc;
     int steps, replays;
+    step_input input;
     uint64_t seed;
     gpu_rank_results res;
 } graph_job;
-
-/* Captures every step into one graph on `s`; the capture is ended even after a failed step. */
-static int capture(step_rank *sr, int steps, cudaStream_t s, cudaGraphExec_t *exec)
-{
-    cudaGraph_t graph = NULL;
-    /* Thread-local: the other ranks' threads keep calling CUDA while this one captures. */
-    cudaError_t e = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
-    if (e != cudaSuccess)
-        return gpu_rank_fail(sr->res, sr->rank, "cudaStreamBeginCapture: %s", cudaGetErrorString(e));
-    int ok = 1;
-    for (int i = 0; i < steps && ok; i++)
-        ok = step_enqueue(sr, i, s) == AGMM_SUCCESS;
-    e = cudaStreamEndCapture(s, &graph);
-    if (ok && e == cudaSuccess)
-        e = cudaGraphInstantiate(exec, graph, 0);
-    if (graph)
-        cudaGraphDestroy(graph);
-    if (ok && e != cudaSuccess)
-        ok = gpu_rank_fail(sr->res, sr->rank, "capture of %d steps: %s", steps, cudaGetErrorString(e));
-    return ok;
-}
 
 static agmm_status graph_rank(agmm_ctx *ctx, void *arg)
 {
@@ -78,12 +103,15 @@ static agmm_status graph_rank(agmm_ctx *ctx, void *arg)
     if (!ok)
         gpu_rank_fail(&j->res, rank, "cudaStreamCreateWithFlags failed");
     /* Collective: every rank plans, whatever failed before. */
-    ok = step_rank_init(&sr, ctx, j->sc, j->steps, STEP_STAGED, &j->res) && ok;
+    ok = step_rank_init(&sr, ctx, j->sc, j->steps, j->input, &j->res) && ok;
     const int W = agmm_ctx_info(ctx)->nranks;
     if (ok && W > 1 && strcmp(j->sc->backend, "fused") == 0 &&
-        agmm_fused_set_copy_delay(sr.plan, ((rank + 1) % W) * j->sc->splits, FUSED_DELAY_NS) != AGMM_SUCCESS)
+        agmm_fused_set_copy_delay(sr.plan, ((rank + 1) % W) * j->sc->splits, HOOK_DELAY_NS) != AGMM_SUCCESS)
         ok = gpu_rank_fail(&j->res, rank, "copy delay: %s", agmm_last_error(ctx));
-    ok = ok && capture(&sr, j->steps, s, &exec);
+    if (ok && W > 1 && strcmp(j->sc->backend, "pull") == 0 &&
+        agmm_pull_set_delay(sr.plan, rank == W - 1 ? HOOK_DELAY_NS : 0) != AGMM_SUCCESS)
+        ok = gpu_rank_fail(&j->res, rank, "pull delay: %s", agmm_last_error(ctx));
+    ok = ok && step_capture(&sr, 0, j->steps, s, &exec);
     /* Instantiation may synchronise the device: nobody replays before everyone has a graph. */
     ok = step_agree(&sr, ok);
     for (int rep = 0; rep < j->replays && ok; rep++) {
@@ -98,15 +126,7 @@ static agmm_status graph_rank(agmm_ctx *ctx, void *arg)
             ok = step_check(&sr, i, what);
         }
     }
-    if (s)
-        cudaStreamSynchronize(s);
-    if (exec)
-        cudaGraphExecDestroy(exec);
-    step_rank_fini(&sr);
-    if (s)
-        cudaStreamDestroy(s);
-    if (!ok && j->res.ok[rank])
-        gpu_rank_fail(&j->res, rank, "a peer failed first");
+    step_rank_end(&sr, s, &exec, 1, ok);
     return AGMM_SUCCESS;
 }
 
@@ -134,27 +154,30 @@ agmm_world *gpu_step_world(int nranks)
     return gpu_test_world(nranks == 1 ? AGMM_WORLD_GPU : AGMM_WORLD_EMULATED, nranks, 0);
 }
 
-void graph_cases(int nranks, int steps, int replays)
+void graph_cases(int nranks, int steps, int replays, int spread)
 {
     agmm_world *w = gpu_step_world(nranks);
     if (w == NULL)
         return;
-    const int counts[2] = {1, steps};
-    for (int c = 0; c < gpu_step_ncases; c++) {
-        const step_case *sc = &gpu_step_cases[c];
-        if (!agmm_backend_available(w, sc->op, sc->backend, NULL, 0))
-            continue;
-        for (int g = 0; g < 2; g++) {
+    step_case cases[64];
+    const int ncases = gpu_step_cases(w, spread, cases, 64);
+    /* Graphs per case: 1 step staged, `steps` staged, `steps` from the caller's symmetric buffer. */
+    const int counts[3] = {1, steps, steps};
+    const step_input inputs[3] = {STEP_STAGED, STEP_STAGED, STEP_SYMMETRIC};
+    for (int c = 0; c < ncases; c++) {
+        const step_case *sc = &cases[c];
+        for (int g = 0; g < 3; g++) {
             graph_job *j = calloc(1, sizeof *j);
-            char name[128], what[320];
-            snprintf(what, sizeof what, "graph %s W=%d: %d step%s captured, %d replays with fresh inputs, all %d "
-                     "results exact on every rank", step_case_name(sc, name, sizeof name), nranks, counts[g],
-                     counts[g] > 1 ? "s" : "", replays, counts[g] * replays);
+            char name[128], what[360];
+            snprintf(what, sizeof what, "graph %s W=%d: %d step%s captured (%s), %d replays with fresh inputs, all "
+                     "%d results exact on every rank", step_case_name(sc, name, sizeof name), nranks, counts[g],
+                     counts[g] > 1 ? "s" : "", inputs[g] == STEP_STAGED ? "inputs staged" : "io.input per step",
+                     replays, counts[g] * replays);
             if (j == NULL) {
                 agmm_check(0, "%s: out of host memory", what);
                 continue;
             }
-            *j = (graph_job){.sc = sc, .steps = counts[g], .replays = replays,
+            *j = (graph_job){.sc = sc, .steps = counts[g], .replays = replays, .input = inputs[g],
                              .seed = 0x6a09e667ull * (uint64_t)(c + 1) + (uint64_t)(nranks * 10 + g)};
             gpu_report_job(agmm_world_run(w, graph_rank, j), &j->res, nranks, what);
             free(j);
@@ -163,10 +186,10 @@ void graph_cases(int nranks, int steps, int replays)
     agmm_world_destroy(w);
 }
 
-void test_graph_w1(void) { graph_cases(1, 5, 100); }
+void test_graph_w1(void) { graph_cases(1, 5, 100, 0); }
 
 void test_graph_emulated(void)
 {
-    graph_cases(2, 5, 100);
-    graph_cases(4, 5, 100);
+    graph_cases(2, 5, 100, 0);
+    graph_cases(4, 5, 100, 0);
 }

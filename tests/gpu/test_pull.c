@@ -10,7 +10,12 @@
  *                 peers' tensor maps follow the pointers (the plan's own input holds zeros)
  *   timeout       a rank that never runs: its peer's ready wait ends in AGMM_ERR_TIMEOUT naming it
  * Every run has fresh inputs (and -A), outputs poisoned with NaN: the gathered A must equal the
- * shards bit for bit and C the fp64 reference within 1e-2 (a NaN fails). */
+ * shards bit for bit and C the fp64 reference within 1e-2 (a NaN fails).
+ *   map slots     an eager run of the io.input a graph was captured with, before the graph ever
+ *                 ran; the graph still reads through its own maps after eager runs with more
+ *                 other io.inputs than the plan keeps maps of; and a capture that needs one more
+ *                 distinct input than the slots graphs leave is refused, saying why (small
+ *                 integers there, compared exactly: steps.c) */
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -26,6 +31,7 @@
 #include "core/numeric.h"
 #include "cpu/reference.h"
 #include "gpu_tests.h"
+#include "kernels/gemm_engine.h"
 #include "../harness.h"
 
 #define RUNS 3
@@ -256,5 +262,88 @@ void test_pull_timeout_gpu(void)
                    "ag_matmul/pull W=2: rank 1 never runs: rank 0 -> %s in %.0f ms naming the wait for rank 1's "
                    "shard: \"%s\"",
                    agmm_status_str(j->status[0]), j->run_ms[0][0], j->msg[0]);
+    free(j);
+}
+
+/* ---- map slots under capture ---- */
+
+#define SLOT_STEPS (AGMM_GEMM_MAP_SLOTS + 2) /* distinct io.inputs, more than a plan keeps maps of */
+
+typedef struct {
+    gpu_rank_results res;
+    gpu_rank_results refused; /* the capture that needs one slot too many: its failure */
+} slots_job;
+
+static agmm_status slots_rank(agmm_ctx *ctx, void *arg)
+{
+    static const step_case pull_case = {AGMM_OP_AG_MATMUL, "pull", 40, 72, 64, 2, 0, AGMM_DTYPE_BF16, 0};
+    slots_job *j = arg;
+    const int rank = agmm_ctx_rank(ctx);
+    j->res.ok[rank] = 1;
+    cudaStream_t s = NULL;
+    cudaGraphExec_t exec = NULL, more = NULL;
+    step_rank sr;
+    int ok = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess;
+    if (!ok)
+        gpu_rank_fail(&j->res, rank, "cudaStreamCreateWithFlags failed");
+    /* Collective: every rank plans, whatever failed before. Step i reads slot i of one symmetric
+     * buffer: a distinct io.input per step. */
+    ok = step_rank_init(&sr, ctx, &pull_case, SLOT_STEPS, STEP_SYMMETRIC, &j->res) && ok;
+    ok = ok && step_capture(&sr, 0, 1, s, &exec); /* step 0's maps: the graph's slot */
+    ok = step_agree(&sr, ok);
+    /* Eager runs: step 0 first (its slot was filled only inside the capture, which has not run),
+     * then every other input: more distinct sets than slots, so slots are refilled. */
+    ok = ok && step_fill(&sr, 0x5107, s);
+    for (int i = 0; i < SLOT_STEPS && ok; i++)
+        ok = step_enqueue(&sr, i, s) == AGMM_SUCCESS;
+    ok = ok && step_download(&sr, s);
+    for (int i = 0; i < SLOT_STEPS && ok; i++) {
+        char what[32];
+        snprintf(what, sizeof what, "eager step %d", i);
+        ok = step_check(&sr, i, what);
+    }
+    /* The graph still reads step 0's input through the maps it was captured with. */
+    ok = ok && step_fill(&sr, 0x5108, s);
+    cudaError_t e = ok ? cudaGraphLaunch(exec, s) : cudaSuccess;
+    if (e != cudaSuccess)
+        ok = gpu_rank_fail(&j->res, rank, "cudaGraphLaunch: %s", cudaGetErrorString(e));
+    ok = ok && step_download(&sr, s) && step_check(&sr, 0, "replay after the eager runs");
+    ok = step_agree(&sr, ok);
+    /* A capture of the other inputs: each new one takes a slot for the graph, until the slots
+     * left run out (step 0's graph holds one). The failure goes to `refused`. */
+    if (ok) {
+        j->refused.ok[rank] = 1;
+        sr.res = &j->refused;
+        step_capture(&sr, 1, AGMM_GEMM_MAP_SLOTS, s, &more);
+        sr.res = &j->res;
+    }
+    const cudaGraphExec_t execs[2] = {exec, more};
+    step_rank_end(&sr, s, execs, 2, ok);
+    return AGMM_SUCCESS;
+}
+
+void test_pull_graph_slots_gpu(void)
+{
+    slots_job *j = calloc(1, sizeof *j);
+    agmm_world *w = j ? gpu_step_world(2) : NULL;
+    if (w == NULL) {
+        agmm_check(j != NULL, "ag_matmul/pull map slots: out of host memory");
+        free(j);
+        return;
+    }
+    char what[320];
+    snprintf(what, sizeof what, "ag_matmul/pull W=2 M=40 N=72 K=64: eager runs of io.input 0 (captured, graph not yet "
+             "run) and of %d others exact, then the graph of io.input 0 (%d map slots)", SLOT_STEPS - 1,
+             AGMM_GEMM_MAP_SLOTS);
+    gpu_report_job(agmm_world_run(w, slots_rank, j), &j->res, 2, what);
+    char want[32];
+    snprintf(want, sizeof want, "step %d: run:", AGMM_GEMM_MAP_SLOTS);
+    for (int r = 0; r < 2; r++)
+        agmm_check(j->res.ok[r] && !j->refused.ok[r] && strstr(j->refused.msg[r], want) &&
+                       strstr(j->refused.msg[r], agmm_status_str(AGMM_ERR_UNSUPPORTED)) &&
+                       strstr(j->refused.msg[r], "CUDA graphs captured from this plan hold all of them"),
+                   "ag_matmul/pull W=2 rank %d: a capture of %d more io.inputs is refused at the %dth (the graphs hold "
+                   "every slot): \"%s\"", r, AGMM_GEMM_MAP_SLOTS, AGMM_GEMM_MAP_SLOTS, j->refused.msg[r]);
+    agmm_world_destroy(w);
     free(j);
 }

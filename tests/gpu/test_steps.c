@@ -7,7 +7,9 @@
  * device delay of up to 2 ms (far below the timeout) before the step; in fused plans that rank
  * also copies one chunk late. A fast rank is then overwriting its shard or vector for the next
  * step while the slow one may still be reading the current one: the closing barriers must hold it
- * back. Every step's result is checked exactly at the end.
+ * back. In pull plans that rank also reads its peers' shards late (its kernel's producers start
+ * after half the delay). Every step's result is checked exactly at the end. Every backend of the
+ * library's table runs, on every shape of its operation (gpu_step_cases).
  *
  * Two streams: steps alternate between two streams of the rank, with nothing ordering them but
  * the library, and the slowed rank's delay sits on the stream of its step, so its next step (on
@@ -22,6 +24,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backends/ag_matmul_fused.h"
+#include "backends/ag_matmul_pull.h"
 #include "core/numeric.h"
 #include "gpu_tests.h"
 #include "world/world.h"
@@ -51,6 +54,7 @@ static agmm_status steps_rank(agmm_ctx *ctx, void *arg)
     steps_job *j = arg;
     const int rank = agmm_ctx_rank(ctx), W = agmm_ctx_info(ctx)->nranks;
     const int fused = strcmp(j->sc->backend, "fused") == 0 && W > 1;
+    const int pull = strcmp(j->sc->backend, "pull") == 0 && W > 1;
     j->res.ok[rank] = 1;
     cudaStream_t s[2] = {NULL, NULL};
     step_rank sr;
@@ -75,12 +79,14 @@ static agmm_status steps_rank(agmm_ctx *ctx, void *arg)
             j->delayed++;
         if (slow == rank && delay_ns && agmm_launch_delay(delay_ns, st) != cudaSuccess)
             ok = gpu_rank_fail(&j->res, rank, "step %d: delay launch failed", i);
-        /* The slowed rank's copy of its next peer's first chunk starts late too (fused only has
-         * the hook): it reads that peer's shard while the peer could already move on. */
+        /* The slowed rank also reads late where the backend has a hook (fused: its copy of its
+         * next peer's first chunk; pull: its GEMM's reads), while that peer could move on. */
         if (ok && fused &&
             agmm_fused_set_copy_delay(sr.plan, slow == rank && delay_ns ? ((rank + 1) % W) * j->sc->splits : -1,
                                       (int64_t)delay_ns / 2) != AGMM_SUCCESS)
             ok = gpu_rank_fail(&j->res, rank, "copy delay: %s", agmm_last_error(ctx));
+        if (ok && pull && agmm_pull_set_delay(sr.plan, slow == rank ? (int64_t)delay_ns / 2 : 0) != AGMM_SUCCESS)
+            ok = gpu_rank_fail(&j->res, rank, "pull delay: %s", agmm_last_error(ctx));
         ok = ok && step_enqueue(&sr, i, st) == AGMM_SUCCESS;
     }
     if (ok && cudaStreamSynchronize(s[1]) != cudaSuccess)
@@ -103,15 +109,15 @@ static agmm_status steps_rank(agmm_ctx *ctx, void *arg)
     return AGMM_SUCCESS;
 }
 
-void steps_cases(int nranks, int steps, int two_streams)
+void steps_cases(int nranks, int steps, int two_streams, int spread)
 {
     agmm_world *w = gpu_step_world(nranks);
     if (w == NULL)
         return;
-    for (int c = 0; c < gpu_step_ncases; c++) {
-        const step_case *sc = &gpu_step_cases[c];
-        if (!agmm_backend_available(w, sc->op, sc->backend, NULL, 0))
-            continue;
+    step_case cases[64];
+    const int ncases = gpu_step_cases(w, spread, cases, 64);
+    for (int c = 0; c < ncases; c++) {
+        const step_case *sc = &cases[c];
         steps_job *j = calloc(1, sizeof *j);
         if (j == NULL) {
             agmm_check(0, "steps: out of host memory");
@@ -132,25 +138,26 @@ void steps_cases(int nranks, int steps, int two_streams)
 
 void test_steps_back_to_back(void)
 {
-    steps_cases(1, 200, 0);
-    steps_cases(4, 200, 0);
+    steps_cases(1, 200, 0, 0);
+    steps_cases(4, 200, 0, 0);
 }
 
 void test_steps_two_streams(void)
 {
-    steps_cases(1, 40, 1);
-    steps_cases(2, 40, 1);
-    steps_cases(4, 40, 1);
+    steps_cases(1, 40, 1, 0);
+    steps_cases(2, 40, 1, 0);
+    steps_cases(4, 40, 1, 0);
 }
 
+/* Few steps, and each shape of an operation on one of its backends (every backend runs). */
 void test_sanitize(void)
 {
     test_world_small();
     test_gemm_engine_small();
-    graph_cases(1, 2, 2);
-    graph_cases(2, 2, 2);
-    graph_cases(4, 2, 2);
-    steps_cases(1, 4, 0);
-    steps_cases(4, 4, 0);
-    steps_cases(2, 4, 1);
+    graph_cases(1, 2, 2, 1);
+    graph_cases(2, 2, 2, 1);
+    graph_cases(4, 2, 2, 1);
+    steps_cases(1, 4, 0, 1);
+    steps_cases(4, 4, 0, 1);
+    steps_cases(2, 4, 1, 1);
 }
