@@ -79,7 +79,7 @@ class Plan:
     """A cached agmm_plan and what a run needs besides: its input buffer (and a view of it that
     the level made), and the io struct reused from call to call."""
 
-    __slots__ = ("ptr", "key", "backend", "input_ptr", "input_bytes", "io", "view", "last_stream")
+    __slots__ = ("ptr", "key", "backend", "input_ptr", "input_bytes", "io", "view", "last_stream", "pinned")
 
     def __init__(self, ptr, key, io):
         lib = _lib.lib()
@@ -88,6 +88,7 @@ class Plan:
         self.input_ptr = lib.agmm_plan_input(ptr)
         self.input_bytes = 0
         self.view = None          # the level's array/tensor over input_ptr, made on first copy-in
+        self.pinned = False       # a CUDA graph captured a run of it: never evicted
         self.last_stream = None   # torch: the stream of the last run that read the input buffer
 
 
@@ -129,9 +130,11 @@ class Context:
 
     # ---- plans ---------------------------------------------------------------------------------
 
-    def ag_matmul_plan(self, m, n, k, layout, backend, splits):
+    def ag_matmul_plan(self, m, n, k, layout, backend, splits, capturing=None):
+        """The cached plan, or a new one. capturing: None, or the message to raise where a plan
+        would have to be made during a CUDA-graph capture (the plan found is then pinned)."""
         key = ("ag_matmul", m, n, k, layout, backend, splits)
-        plan = self._lookup(key)
+        plan = self._lookup(key, capturing)
         if plan is None:
             self.agree(key, _AG_MATMUL_FIELDS, "ag_matmul")
             desc = _lib.AgMatmulDesc(m=m, n=n, k=k, b_layout=layout, splits=splits,
@@ -141,9 +144,9 @@ class Context:
             plan.input_bytes = m * k * 2
         return plan
 
-    def all_reduce_plan(self, n, dtype, backend):
+    def all_reduce_plan(self, n, dtype, backend, capturing=None):
         key = ("all_reduce", n, dtype, backend)
-        plan = self._lookup(key)
+        plan = self._lookup(key, capturing)
         if plan is None:
             self.agree(key, _ALL_REDUCE_FIELDS, "all_reduce")
             desc = _lib.AllReduceDesc(n=n, dtype=dtype, backend=None if backend == "auto" else backend.encode())
@@ -152,16 +155,23 @@ class Context:
             plan.input_bytes = n * (4 if dtype == _lib.DTYPE_F32 else 2)
         return plan
 
-    def _lookup(self, key):
+    def _lookup(self, key, capturing=None):
         plan = self._plans.get(key)
+        if plan is None and capturing is not None:
+            raise RuntimeError(capturing)
         if plan is not None:
             self._plans.move_to_end(key)
+            # A captured graph replays this plan: it must outlive the cache's bound.
+            plan.pinned = plan.pinned or capturing is not None
         return plan
 
     def _create(self, key, plan_fn, desc, io, what, args):
         # Room first: destroying after creating would hold one plan more than the bound.
         while len(self._plans) >= self.max_plans:
-            _, old = self._plans.popitem(last=False)
+            old_key = next((k for k, p in self._plans.items() if not p.pinned), None)
+            if old_key is None:
+                break  # every plan is captured in a graph: the cache grows past its bound
+            old = self._plans.pop(old_key)
             self._destroy(old)
             self.stats["plans_evicted"] += 1
         out = ctypes.c_void_p()

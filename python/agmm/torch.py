@@ -16,8 +16,10 @@ rank. Any other tensor is first copied into the plan's own symmetric buffer on t
 one device-to-device copy of M*K*2 bytes (ag_matmul) or t.nbytes (all_reduce_), read and written
 once in device memory (about 2 x bytes / 4 TB/s on an H200, plus a launch); stats() counts them.
 
-CUDA graphs: until libagmm's runs are capturable, an op called while the current stream is
-capturing raises RuntimeError instead of recording a graph that would replay stale state.
+CUDA graphs: runs can be captured (libagmm keeps per-step state on the device), so the ops work
+inside torch.cuda.graph and torch.compile's mode="reduce-overhead". A plan cannot be made during
+a capture (it allocates and meets the peers): call each op once outside the capture first, as
+any warm-up does; a plan a graph has captured is never evicted from the cache.
 
 Environment, at import: NCCL_NVLS_ENABLE=0 and CUDA_DEVICE_MAX_CONNECTIONS=32 where unset (what
 libagmm sets at world creation, include/agmm.h; set here because torch may start NCCL and CUDA
@@ -41,9 +43,9 @@ from ._core import Context, backend_key, backend_names, backends_available   # n
 __all__ = ["init", "finalize", "is_initialized", "ag_matmul", "all_reduce_", "symm_empty", "symm_free", "stats",
            "plans", "backends", "available", "world_size", "rank", "describe"]
 
-_CAPTURE_MESSAGE = ("agmm.torch.{op}: the current CUDA stream is capturing a graph, and libagmm's runs "
-                    "cannot be captured yet (a captured run would replay stale epochs: docs/architecture.md, "
-                    "Known gaps); call it outside torch.cuda.graph / mode='reduce-overhead'")
+_CAPTURE_MESSAGE = ("agmm.torch.{op}: no plan for this call yet, and a plan cannot be made while a CUDA "
+                    "graph is being captured (it allocates memory and meets the peers): call the op once "
+                    "outside the capture first (a warm-up), then capture")
 
 
 class _State:
@@ -318,8 +320,6 @@ def _all_reduce_dtype(st, t):
 def _enter_run(st, op):
     """The stream to run on: torch's current one, or in an emulated world the side stream
     ordered after it when the current stream is the legacy NULL stream (refused there)."""
-    if torch.cuda.is_current_stream_capturing():
-        raise RuntimeError(_CAPTURE_MESSAGE.format(op=op))
     if threading.get_ident() != st.thread:
         raise RuntimeError(f"agmm.torch.{op}: called from another thread than init's: a rank's context enqueues "
                            "from the thread that created it (include/agmm.h, agmm_ctx_create)")
@@ -330,12 +330,19 @@ def _enter_run(st, op):
     return current, current
 
 
+def _capturing(op):
+    """None outside a capture; else the message for a plan that would have to be made in it."""
+    return _CAPTURE_MESSAGE.format(op=op) if torch.cuda.is_current_stream_capturing() else None
+
+
 def _copy_in(st, plan, source, shape, dtype, stream):
     """Copies a non-symmetric input into the plan's buffer on `stream`. The buffer is read by the
     plan's previous run: if that ran on another stream, wait for it first."""
     if plan.view is None:
         plan.view = _dlpack.tensor(torch, plan.input_ptr, shape, dtype, st.device)
-    if plan.last_stream is not None and plan.last_stream != stream:
+    # In a capture, torch.cuda.graph has already ordered the capture stream after the eager work,
+    # and a wait on a stream outside the capture is not allowed there.
+    if plan.last_stream is not None and plan.last_stream != stream and not torch.cuda.is_current_stream_capturing():
         stream.wait_stream(plan.last_stream)
     with torch.cuda.stream(stream):
         plan.view.copy_(source.view(shape))
@@ -347,7 +354,8 @@ def _run_ag_matmul(a_shard, b, a_gathered, c, backend, splits):
     m, n, k, layout = _check_ag_matmul(st, a_shard, b)
     current, stream = _enter_run(st, "ag_matmul")
     ctx = st.ctx
-    plan = ctx.ag_matmul_plan(m, n, k, layout, backend_key("ag_matmul", backend), splits)
+    plan = ctx.ag_matmul_plan(m, n, k, layout, backend_key("ag_matmul", backend), splits,
+                              capturing=_capturing("ag_matmul"))
     source = a_shard.data_ptr()
     if not ctx.is_symmetric(source, plan.input_bytes):
         _copy_in(st, plan, a_shard, (m, k), torch.bfloat16, stream)
@@ -363,7 +371,7 @@ def _run_all_reduce(t, backend):
     dtype = _all_reduce_dtype(st, t)
     current, stream = _enter_run(st, "all_reduce_")
     ctx = st.ctx
-    plan = ctx.all_reduce_plan(t.numel(), dtype, backend_key("all_reduce_", backend))
+    plan = ctx.all_reduce_plan(t.numel(), dtype, backend_key("all_reduce_", backend), capturing=_capturing("all_reduce_"))
     address = t.data_ptr()
     source = address
     if not ctx.is_symmetric(address, plan.input_bytes):
