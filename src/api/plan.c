@@ -80,6 +80,9 @@ static agmm_status plan_create(agmm_plan **out, agmm_ctx *ctx, agmm_op op, const
         st = agmm_plan_agree(p, input_bytes);
     if (st == AGMM_SUCCESS)
         st = agmm_symm_alloc(ctx, input_bytes, &p->input);
+    /* Until a run says otherwise, the run's input is the plan's own (create may set up for it). */
+    p->in = p->input;
+    p->in_offset = 0;
     if (st == AGMM_SUCCESS) /* a backend that failed on one rank fails the plan on every rank */
         st = agmm_host_agree(ctx, p->impl->create(p));
     if (st != AGMM_SUCCESS) {

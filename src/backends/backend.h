@@ -75,9 +75,9 @@ struct agmm_plan {
         agmm_all_reduce_desc ar;   /* op == AGMM_OP_ALL_REDUCE */
     } desc;
     agmm_symm_buf *input;          /* symmetric: A_r (m x k bf16) or the all_reduce vector */
-    /* Where the current run reads its input (set by plan.c before every run): the plan's own
-     * buffer at offset 0, or the caller's symmetric buffer holding io.input, at the offset io.input
-     * has on every rank. Runs use these (agmm_plan_in*), create/destroy use `input`. */
+    /* Where the current run reads its input (plan.c sets it before every run, and to the plan's
+     * own from creation on): the plan's own buffer at offset 0, or the caller's symmetric buffer
+     * holding io.input, at the offset io.input has on every rank (agmm_plan_in*). */
     const agmm_symm_buf *in;
     size_t in_offset;
     uint32_t epoch;                /* runs so far, this one included; equal on every rank */

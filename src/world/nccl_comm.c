@@ -1,12 +1,17 @@
 /* NCCL communicators, bounded: made, used and ended without ever waiting on NCCL for longer than
  * the world allows.
  *
- * Communicators are nonblocking (ncclConfig_t.blocking = 0; AGMM_NCCL_BLOCKING=1 turns that off,
- * an escape hatch that also gives up the bounds). A call that answers ncclInProgress is polled
- * with ncclCommGetAsyncError until it settles, within the world's timeout; creation gets at least
- * COMM_INIT_MIN_S, since NCCL's own set-up (topology, connections) takes seconds on a healthy
- * machine. On timeout the communicator is aborted (ncclCommAbort; a borrowed one is left to its
- * owner), the error names the call, the rank is out of step and the world is unusable.
+ * Communicators are blocking by default: on the H200 with NCCL 2.28.9, nonblocking ones
+ * (ncclConfig_t.blocking = 0) made every later NCCL call fail with CUDA error 500 ("named symbol
+ * not found": ncclDevCommCreate, ncclAllGather), measured 2026-12-03. AGMM_NCCL_BLOCKING=0 asks
+ * for nonblocking ones. Either way the waits that matter are ours and bounded: a collective set-up
+ * step is entered only after the ranks agreed that every one will enter it (world and heap
+ * agreements), and a run's NCCL work is waited for by polling its completion and
+ * ncclCommGetAsyncError within the world's timeout; where a call answers ncclInProgress
+ * (nonblocking), it is polled the same way. Creation gets at least COMM_INIT_MIN_S, since NCCL's
+ * own set-up (topology, connections) takes seconds on a healthy machine. On timeout the
+ * communicator is aborted (ncclCommAbort; a borrowed one is left to its owner), the error names
+ * the call, the rank is out of step and the world is unusable.
  *
  * Made here: the communicators of one-process worlds (one group, one thread) and of process
  * worlds (ncclCommInitRankConfig from an id, or the caller's to borrow). */
@@ -37,7 +42,7 @@ static ncclConfig_t comm_config(void)
 {
     ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
     const char *b = getenv("AGMM_NCCL_BLOCKING");
-    c.blocking = b != NULL && strcmp(b, "1") == 0;
+    c.blocking = b == NULL || strcmp(b, "0") != 0;
     return c;
 }
 
