@@ -439,8 +439,10 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--id-file") && *v)
             id_file = argv[++i];
 #ifdef AGMM_HAVE_CUDA
-        else if (!strcmp(argv[i], "--borrow") && (jc.nccl_comm = lend_comm()) == NULL)
-            return agmm_test_summary();
+        else if (!strcmp(argv[i], "--borrow")) {
+            if ((jc.nccl_comm = lend_comm()) == NULL)
+                return agmm_test_summary();
+        }
 #endif
         else if (!strcmp(argv[i], "--timeout") && atof(v) > 0)
             jc.timeout_s = atof(argv[++i]);
