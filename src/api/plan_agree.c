@@ -44,18 +44,27 @@ static void fill(const agmm_plan *p, uint64_t input_bytes, digest *d)
 
 static uint64_t need_of(const digest *d) { return d->symmetric_bytes + d->workspace_bytes + d->staging_bytes; }
 
+/* The ranks whose description differs from rank 0's, as a bit set; *first is the lowest of them.
+ * what is rank 0's description; the others follow every stride bytes (one exchange slot each). */
+static uint64_t differ_from_rank0(const char *what, size_t stride, int nranks, int *first)
+{
+    uint64_t differ = 0;
+    *first = -1;
+    for (int r = 1; r < nranks; r++)
+        if (strcmp(what + (size_t)r * stride, what) != 0) {
+            differ |= (uint64_t)1 << r;
+            if (*first < 0)
+                *first = r;
+        }
+    return differ;
+}
+
 /* Every rank runs this on the same table, so every rank returns the same status and message. */
 static agmm_status judge(agmm_ctx *ctx, const digest *all, int nranks)
 {
     agmm_error *err = agmm_ctx_err(ctx);
-    uint64_t differ = 0;
-    int first = -1;
-    for (int r = 1; r < nranks; r++)
-        if (strcmp(all[r].what, all[0].what) != 0) {
-            differ |= (uint64_t)1 << r;
-            if (first < 0)
-                first = r;
-        }
+    int first;
+    uint64_t differ = differ_from_rank0(all[0].what, sizeof *all, nranks, &first);
     if (differ) {
         char who[96];
         agmm_format_ranks(who, sizeof who, differ);
@@ -136,14 +145,8 @@ agmm_status agmm_plan_agree_request(agmm_ctx *ctx, agmm_op op, const void *desc,
             st = AGMM_FAIL(err, (agmm_status)all[r].status, "rank %d: %s", r, all[r].why);
         }
     if (st == AGMM_SUCCESS) {
-        uint64_t differ = 0;
-        int first = -1;
-        for (int r = 1; r < nranks; r++)
-            if (strcmp(all[r].what, all[0].what) != 0) {
-                differ |= (uint64_t)1 << r;
-                if (first < 0)
-                    first = r;
-            }
+        int first;
+        uint64_t differ = differ_from_rank0(all[0].what, sizeof *all, nranks, &first);
         if (differ) {
             char who[96];
             agmm_format_ranks(who, sizeof who, differ);
