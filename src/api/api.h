@@ -45,6 +45,12 @@ const agmm_backend_impl *agmm_backend_usable(const agmm_backend *b, const agmm_w
 /* "nccl, ce or fused": the names of op's backends, for messages. */
 void agmm_backend_list(agmm_op op, char *buf, size_t len);
 
+/* Whether a descriptor's backend name asks the library to choose (NULL or "auto": tune.c). */
+int agmm_backend_is_auto(const char *name);
+
+/* What op's backend names may be, for messages: "ag_matmul takes auto, nccl, ce or fused". */
+void agmm_backend_takes(agmm_op op, char *buf, size_t len);
+
 /* ---- memory known before allocating (memory.c) ---- */
 
 /* A pool a rank allocates from: its GPU's memory, or host memory. */

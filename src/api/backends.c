@@ -51,19 +51,27 @@ const agmm_backend_impl *agmm_backend_usable(const agmm_backend *b, const agmm_w
     return impl;
 }
 
+int agmm_backend_is_auto(const char *name) { return name == NULL || strcmp(name, "auto") == 0; }
+
+void agmm_backend_takes(agmm_op op, char *buf, size_t len)
+{
+    char list[256];
+    agmm_backend_list(op, list, sizeof list);
+    agmm_format(buf, len, "%s takes auto, %s", agmm_op_name(op), list);
+}
+
 int agmm_backend_available(const agmm_world *world, agmm_op op, const char *name, char *why, size_t why_len)
 {
     if (why && why_len)
         why[0] = '\0';
-    if (name == NULL || strcmp(name, "auto") == 0)
+    if (agmm_backend_is_auto(name))
         return 1;
     const agmm_backend *b = agmm_backend_find(op, name);
     if (b == NULL) {
         if (why) {
-            char list[256];
-            agmm_backend_list(op, list, sizeof list);
-            agmm_format(why, why_len, "unknown backend \"%s\" for %s: it takes auto, %s", name, agmm_op_name(op),
-                        list);
+            char takes[320];
+            agmm_backend_takes(op, takes, sizeof takes);
+            agmm_format(why, why_len, "unknown backend \"%s\": %s", name, takes);
         }
         return 0;
     }

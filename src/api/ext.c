@@ -111,12 +111,13 @@ void agmm_ext_gemm_destroy(agmm_ext_gemm *g)
 
 static agmm_status check_backend(agmm_op op, const char *name, char *why, size_t len)
 {
-    if (name == NULL || strcmp(name, "auto") == 0 || agmm_backend_find(op, name) != NULL)
+    if (agmm_backend_is_auto(name) || agmm_backend_find(op, name) != NULL)
         return AGMM_SUCCESS;
-    char list[256];
-    agmm_backend_list(op, list, sizeof list);
-    if (why && len)
-        agmm_format(why, len, "backend=%s: %s takes auto, %s", name, agmm_op_name(op), list);
+    if (why && len) {
+        char takes[320];
+        agmm_backend_takes(op, takes, sizeof takes);
+        agmm_format(why, len, "backend=%s: %s", name, takes);
+    }
     return AGMM_ERR_INVALID_ARG;
 }
 

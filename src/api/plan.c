@@ -25,13 +25,13 @@ const agmm_op_type *agmm_op_type_of(agmm_op op)
 static agmm_status resolve(agmm_ctx *ctx, agmm_op op, const void *desc, const char *name, const agmm_backend **out)
 {
     agmm_error *err = agmm_ctx_err(ctx);
-    if (name == NULL || strcmp(name, "auto") == 0)
+    if (agmm_backend_is_auto(name))
         return agmm_tune_choose(ctx, op, desc, out);
     const agmm_backend *b = agmm_backend_find(op, name);
     if (b == NULL) {
-        char list[256];
-        agmm_backend_list(op, list, sizeof list);
-        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "backend=%s: %s takes auto, %s", name, agmm_op_name(op), list);
+        char takes[320];
+        agmm_backend_takes(op, takes, sizeof takes);
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "backend=%s: %s", name, takes);
     }
     char why[AGMM_ERROR_LEN];
     if (agmm_backend_usable(b, agmm_ctx_world(ctx), why, sizeof why) == NULL)
@@ -54,7 +54,7 @@ static agmm_status plan_create(agmm_plan **out, agmm_ctx *ctx, agmm_op op, const
     const agmm_op_type *type = agmm_op_type_of(op);
     agmm_status st = type->check(desc, agmm_ctx_info(ctx)->nranks, err);
     const char *name = st == AGMM_SUCCESS ? type->backend_of(desc) : NULL;
-    const int is_auto = name == NULL || strcmp(name, "auto") == 0;
+    const int is_auto = agmm_backend_is_auto(name);
     const agmm_backend *b = NULL;
     if (st == AGMM_SUCCESS && !is_auto)
         st = resolve(ctx, op, desc, name, &b);
