@@ -109,6 +109,7 @@
 #include <string.h>
 
 #include "core/schedule.h"
+#include "kernels/bounded_wait.cuh"
 #include "kernels/gemm_configs.h"
 
 #define GEMM_BK 64
@@ -189,22 +190,12 @@ __device__ __forceinline__ void release_slot(uint32_t bars, int s, int share, ui
 __device__ __noinline__ int wait_flag(const gemm_params &p, const uint32_t *flag, uint32_t target, int wait, int chunk,
                                       int peer)
 {
-    uint32_t seen = agmm_ld_acquire_sys(flag);
-    if ((int32_t)(seen - target) < 0) {
-        const uint64_t deadline = agmm_globaltimer_ns() + p.timeout_ns;
-        for (;;) {
-            __nanosleep(64); /* the SM's consumers may still be busy: keep issue slots free */
-            seen = agmm_ld_acquire_sys(flag);
-            if ((int32_t)(seen - target) >= 0)
-                break;
-            if (*(volatile const uint32_t *)&p.err->code != AGMM_DEV_OK)
-                return 1;
-            if (agmm_globaltimer_ns() > deadline) {
-                agmm_dev_error_record(p.err, p.sched.rank, peer, wait, chunk, target, seen);
-                return 1;
-            }
-        }
-    }
+    uint32_t seen;
+    const int r = agmm_spin_until<64, 1, 0>(flag, target, p.timeout_ns, p.err, &seen);
+    if (r == AGMM_SPIN_EXPIRED)
+        agmm_dev_error_record(p.err, p.sched.rank, peer, wait, chunk, target, seen);
+    if (r != AGMM_SPIN_MET)
+        return 1;
     /* The chunk was written through the generic proxy (copy engine, peer stores); TMA reads it
      * through the async proxy: order the acquired data before this thread's next TMA loads. */
     asm volatile("fence.proxy.async.global;" ::: "memory");
