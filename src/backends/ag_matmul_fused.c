@@ -362,6 +362,26 @@ agmm_status agmm_fused_chunk_times(agmm_plan *plan, int chunk, agmm_fused_times 
     return AGMM_SUCCESS;
 }
 
+agmm_status agmm_fused_set_gemm_config(agmm_plan *plan, int config)
+{
+    if (plan == NULL)
+        return AGMM_ERR_INVALID_ARG;
+    if (!is_fused(plan) || plan->impl == &fused_cpu_impl)
+        return AGMM_FAIL(agmm_ctx_err(plan->ctx), AGMM_ERR_UNSUPPORTED,
+                         "plan runs %s%s: only a GPU fused plan has a GEMM engine to give config=%d",
+                         plan->backend->name, plan->impl == &fused_cpu_impl ? " in the CPU world" : "", config);
+#ifdef AGMM_HAVE_CUDA
+    fused_gpu *x = plan->state;
+    agmm_gemm_plan *gemm = NULL;
+    agmm_status st = engine_plan(plan, x, config, &gemm);
+    if (st != AGMM_SUCCESS)
+        return st; /* the engine says which argument; the plan keeps its engine plan */
+    agmm_gemm_plan_destroy(x->gemm);
+    x->gemm = gemm;
+#endif
+    return AGMM_SUCCESS;
+}
+
 const char *agmm_fused_describe(const agmm_plan *plan)
 {
 #ifdef AGMM_HAVE_CUDA
