@@ -20,7 +20,7 @@ typedef struct {
     /* The descriptor's backend string (NULL: auto). */
     const char *(*backend_of)(const void *desc);
     /* Copies the checked descriptor into plan->desc (defaults resolved, backend NULL) and returns
-     * the bytes of the plan's symmetric input. */
+     * the bytes of the plan's symmetric input (0: none; plan->input stays NULL). */
     size_t (*install)(agmm_plan *plan, const void *desc);
     /* The io's input pointer (NULL: the plan's own buffer). */
     const void *(*input_of)(const void *io);
@@ -36,6 +36,8 @@ typedef struct {
 const agmm_op_type *agmm_op_type_of(agmm_op op);
 extern const agmm_op_type agmm_op_ag_matmul;
 extern const agmm_op_type agmm_op_all_reduce;
+extern const agmm_op_type agmm_op_matmul_reduce_scatter;
+extern const agmm_op_type agmm_op_matmul_all_reduce;
 
 /* The implementation of b that would run in `world`, or NULL with why (why_len bytes) saying
  * why not ("skipped: needs NCCL, but ranks share a GPU ..."). */
