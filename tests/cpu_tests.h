@@ -32,6 +32,7 @@ void test_cpu_auto_backend(void);
 /* test_matmul_reduce.c: matmul_reduce_scatter and matmul_all_reduce, every CPU backend. */
 void test_matmul_reduce_exact(void);
 void test_matmul_reduce_random(void);
+void test_matmul_reduce_auto(void);
 void test_matmul_reduce_rows(void);
 void test_matmul_reduce_bad_args(void);
 /* proc_matmul_reduce.c (agmm-proctest): one backend of a row-parallel matmul on odd shapes, in a

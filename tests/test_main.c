@@ -21,6 +21,7 @@ static const agmm_test_case cases[] = {
     {"cpu/auto", test_cpu_auto_backend},
     {"cpu/matmul_reduce/exact", test_matmul_reduce_exact},
     {"cpu/matmul_reduce/random", test_matmul_reduce_random},
+    {"cpu/matmul_reduce/auto", test_matmul_reduce_auto},
     {"cpu/matmul_reduce/rows", test_matmul_reduce_rows},
     {"cpu/matmul_reduce/bad_args", test_matmul_reduce_bad_args},
     {"cpu/fused/waits", test_cpu_fused_waits},

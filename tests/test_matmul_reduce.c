@@ -166,7 +166,7 @@ static agmm_status mr_rank(agmm_ctx *ctx, void *arg)
     return AGMM_SUCCESS;
 }
 
-static void run_case(const mr_case *c, uint64_t seed)
+static void run_case_with(const mr_case *c, uint64_t seed, int with_auto)
 {
     mr_job *job = calloc(1, sizeof *job);
     job->c = *c;
@@ -178,6 +178,8 @@ static void run_case(const mr_case *c, uint64_t seed)
         for (int i = 0; agmm_backend_name(c->op, i) != NULL && job->nb < MAX_NB; i++)
             if (agmm_backend_available(world, c->op, agmm_backend_name(c->op, i), NULL, 0))
                 job->backends[job->nb++] = agmm_backend_name(c->op, i);
+        if (with_auto)
+            job->backends[job->nb++] = "auto";
         agmm_world_run(world, mr_rank, job);
         agmm_world_destroy(world);
     }
@@ -220,6 +222,8 @@ static void run_case(const mr_case *c, uint64_t seed)
     free(job);
 }
 
+static void run_case(const mr_case *c, uint64_t seed) { run_case_with(c, seed, 0); }
+
 /* W = 1..8, odd M (M < W, M not divisible by W, M divisible by W), odd N, K odd multiples of 8,
  * both B layouts; both operations on every shape. */
 void test_matmul_reduce_exact(void)
@@ -254,6 +258,21 @@ void test_matmul_reduce_random(void)
             c.op = ops[o];
             run_case(&c, 500 + 100 * (uint64_t)o + i);
         }
+}
+
+/* auto measuring in the CPU world (AGMM_TUNE=1, no cache file): every rank plans and times every
+ * candidate through the operation's hooks (api.h), all take the same, and its runs give the bits
+ * every backend gives (an "auto" column beside the backends in run_case). */
+void test_matmul_reduce_auto(void)
+{
+    setenv("AGMM_TUNE", "1", 1);
+    setenv("AGMM_TUNE_CACHE", "", 1);
+    const mr_case cases[] = {{AGMM_OP_MATMUL_REDUCE_SCATTER, 3, 10, 24, 32, AGMM_LAYOUT_COL_MAJOR, 1},
+                             {AGMM_OP_MATMUL_ALL_REDUCE, 4, 3, 40, 16, AGMM_LAYOUT_ROW_MAJOR, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        run_case_with(&cases[i], 900 + i, 1);
+    unsetenv("AGMM_TUNE");
+    unsetenv("AGMM_TUNE_CACHE");
 }
 
 /* ---- the row split ---- */
@@ -316,8 +335,11 @@ static agmm_status bad_rank(agmm_ctx *ctx, void *arg)
     NOTE(agmm_plan_matmul_reduce_scatter(&p, ctx, &rs)); /* 3 */
     rs.reserved[3] = 0, rs.backend = "fancy";
     NOTE(agmm_plan_matmul_reduce_scatter(&p, ctx, &rs)); /* 4 */
-    rs.backend = NULL;
-    NOTE(agmm_plan_matmul_reduce_scatter(&p, ctx, &rs)); /* 5 */
+    rs.backend = "auto", rs.m = 16, rs.n = 24, rs.k = 32;
+    NOTE(agmm_plan_matmul_reduce_scatter(&p, ctx, &rs)); /* 5: auto, the static rule in the CPU world */
+    snprintf(res->msg[5], sizeof res->msg[5], "chose %s", agmm_plan_backend(p));
+    agmm_plan_destroy(p);
+    p = NULL;
     ar.backend = "ce";
     NOTE(agmm_plan_matmul_all_reduce(&p, ctx, &ar)); /* 6: a reduce-scatter backend */
     ar.backend = "one_shot", ar.b_layout = (agmm_layout)5;
@@ -337,6 +359,10 @@ static agmm_status bad_rank(agmm_ctx *ctx, void *arg)
     io.reserved[0] = NULL, io.out = a;
     NOTE(agmm_matmul_reduce_scatter(ok, &io, NULL)); /* 12: out overlaps A */
     agmm_plan_destroy(ok);
+    ar.backend = NULL, p = NULL;
+    NOTE(agmm_plan_matmul_all_reduce(&p, ctx, &ar)); /* 13: auto (NULL), the static rule */
+    snprintf(res->msg[13], sizeof res->msg[13], "chose %s", agmm_plan_backend(p));
+    agmm_plan_destroy(p);
     free(a), free(b), free(out);
 #undef NOTE
     return AGMM_SUCCESS;
@@ -361,7 +387,8 @@ void test_matmul_reduce_bad_args(void)
         {2, AGMM_ERR_INVALID_ARG, "N=20 with a row-major B", "N=20 is not a multiple of 8"},
         {3, AGMM_ERR_INVALID_ARG, "reserved[3]=1", "matmul_reduce_scatter desc: the reserved tail is not zero"},
         {4, AGMM_ERR_INVALID_ARG, "backend=fancy", "matmul_reduce_scatter takes auto, nccl, ce or one_shot"},
-        {5, AGMM_ERR_UNSUPPORTED, "backend=auto (not yet)", "backend=auto is not available for this operation yet"},
+        {5, AGMM_SUCCESS, "matmul_reduce_scatter backend=auto in the CPU world: the static rule", "chose one_shot"},
+        {13, AGMM_SUCCESS, "matmul_all_reduce backend=NULL in the CPU world: the static rule", "chose one_shot"},
         {6, AGMM_ERR_INVALID_ARG, "matmul_all_reduce backend=ce", "matmul_all_reduce takes auto, nccl, one_shot or two_shot"},
         {7, AGMM_ERR_INVALID_ARG, "b_layout=5", "b_layout=5"},
         {8, AGMM_SUCCESS, "a good plan", ""},

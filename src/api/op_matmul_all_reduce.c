@@ -1,11 +1,11 @@
-/* The matmul_all_reduce operation as a type (api.h): descriptor, io and their checks. What it
- * shares with matmul_reduce_scatter is in op_matmul_reduce.h. */
+/* The matmul_all_reduce operation as a type (api.h): descriptor, io, their checks and what
+ * `auto` needs. What it shares with matmul_reduce_scatter is in op_matmul_reduce.h. */
 #include "op_matmul_reduce.h"
 
 static agmm_status check(const void *vdesc, int nranks, agmm_error *err)
 {
     const agmm_matmul_all_reduce_desc *d = vdesc;
-    return agmm_op_mr_check(AGMM_OP_MATMUL_ALL_REDUCE, d->m, d->n, d->k, d->b_layout, d->backend, d->reserved,
+    return agmm_op_mr_check(AGMM_OP_MATMUL_ALL_REDUCE, d->m, d->n, d->k, d->b_layout, d->reserved,
                             sizeof d->reserved, err);
 }
 
@@ -41,6 +41,26 @@ static size_t describe(const agmm_plan *plan, char *buf, size_t len)
     return agmm_op_mr_describe(buf, len, d->m, d->n, d->k, d->b_layout);
 }
 
+/* A_r, B_r and S. */
+static int scratch(const agmm_plan *plan, size_t bytes[])
+{
+    const agmm_matmul_all_reduce_desc *d = &plan->desc.mar;
+    return agmm_op_mr_scratch(d->m, d->n, d->k, d->m, bytes);
+}
+
+static agmm_status plan_with(agmm_plan **out, agmm_ctx *ctx, const void *desc, const char *backend)
+{
+    agmm_matmul_all_reduce_desc d = *(const agmm_matmul_all_reduce_desc *)desc;
+    d.backend = backend;
+    return agmm_plan_matmul_all_reduce(out, ctx, &d);
+}
+
+static agmm_status run_scratch(agmm_plan *plan, void *const *buf, void *stream)
+{
+    agmm_matmul_all_reduce_io io = {.a = buf[0], .b = buf[1], .c = buf[2]};
+    return agmm_matmul_all_reduce(plan, &io, stream);
+}
+
 const agmm_op_type agmm_op_matmul_all_reduce = {
     .op = AGMM_OP_MATMUL_ALL_REDUCE,
     .check = check,
@@ -49,4 +69,7 @@ const agmm_op_type agmm_op_matmul_all_reduce = {
     .input_of = agmm_op_mr_input_of,
     .check_io = check_io,
     .describe = describe,
+    .scratch = scratch,
+    .plan_with = plan_with,
+    .run_scratch = run_scratch,
 };

@@ -4,16 +4,18 @@
 #include "../core/text.h"
 #include "../core/validate.h"
 
-agmm_status agmm_op_mr_check(agmm_op op, int64_t m, int64_t n, int64_t k, agmm_layout b_layout, const char *backend,
+agmm_status agmm_op_mr_check(agmm_op op, int64_t m, int64_t n, int64_t k, agmm_layout b_layout,
                              const int64_t *reserved, size_t reserved_bytes, agmm_error *err)
 {
-    agmm_status st = agmm_check_matmul_reduce(agmm_op_name(op), m, n, k, b_layout, reserved, reserved_bytes, err);
-    if (st != AGMM_SUCCESS || !agmm_backend_is_auto(backend))
-        return st;
-    char list[256];
-    agmm_backend_list(op, list, sizeof list);
-    return AGMM_FAIL(err, AGMM_ERR_UNSUPPORTED, "%s: backend=auto is not available for this operation yet: name one of %s",
-                     agmm_op_name(op), list);
+    return agmm_check_matmul_reduce(agmm_op_name(op), m, n, k, b_layout, reserved, reserved_bytes, err);
+}
+
+int agmm_op_mr_scratch(int64_t m, int64_t n, int64_t k, int64_t out_rows, size_t bytes[])
+{
+    bytes[0] = (size_t)(m * k) * 2;
+    bytes[1] = (size_t)(k * n) * 2;
+    bytes[2] = (size_t)(out_rows * n) * 2;
+    return 3;
 }
 
 const void *agmm_op_mr_input_of(const void *io) { return NULL; }

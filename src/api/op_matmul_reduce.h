@@ -8,11 +8,12 @@
 #include "../core/row_split.h"
 #include "../core/validate.h"
 
-/* The shape check (core/validate.h), then auto: not offered for these operations yet (it needs
- * the per-operation measuring hooks of tune.c), so backend NULL or "auto" is refused here with
- * AGMM_ERR_UNSUPPORTED naming the backends to choose from. */
-agmm_status agmm_op_mr_check(agmm_op op, int64_t m, int64_t n, int64_t k, agmm_layout b_layout, const char *backend,
+/* The shape check (core/validate.h). */
+agmm_status agmm_op_mr_check(agmm_op op, int64_t m, int64_t n, int64_t k, agmm_layout b_layout,
                              const int64_t *reserved, size_t reserved_bytes, agmm_error *err);
+
+/* auto's scratch (api.h): A_r (m x k), B_r (k x n) and the output (out_rows x n), bf16. */
+int agmm_op_mr_scratch(int64_t m, int64_t n, int64_t k, int64_t out_rows, size_t bytes[]);
 
 /* No symmetric input: always the plan's (none). */
 const void *agmm_op_mr_input_of(const void *io);

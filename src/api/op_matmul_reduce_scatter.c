@@ -1,5 +1,6 @@
-/* The matmul_reduce_scatter operation as a type (api.h): descriptor, io, their checks, and the
- * public row split (agmm.h). What it shares with matmul_all_reduce is in op_matmul_reduce.h. */
+/* The matmul_reduce_scatter operation as a type (api.h): descriptor, io, their checks, what
+ * `auto` needs, and the public row split (agmm.h). What it shares with matmul_all_reduce is in
+ * op_matmul_reduce.h. */
 #include "op_matmul_reduce.h"
 
 int64_t agmm_matmul_reduce_scatter_rows(int64_t m, int nranks, int rank, int64_t *first_row)
@@ -12,7 +13,7 @@ int64_t agmm_matmul_reduce_scatter_rows(int64_t m, int nranks, int rank, int64_t
 static agmm_status check(const void *vdesc, int nranks, agmm_error *err)
 {
     const agmm_matmul_reduce_scatter_desc *d = vdesc;
-    return agmm_op_mr_check(AGMM_OP_MATMUL_REDUCE_SCATTER, d->m, d->n, d->k, d->b_layout, d->backend, d->reserved,
+    return agmm_op_mr_check(AGMM_OP_MATMUL_REDUCE_SCATTER, d->m, d->n, d->k, d->b_layout, d->reserved,
                             sizeof d->reserved, err);
 }
 
@@ -52,6 +53,26 @@ static size_t describe(const agmm_plan *plan, char *buf, size_t len)
     return agmm_op_mr_describe(buf, len, d->m, d->n, d->k, d->b_layout);
 }
 
+/* A_r, B_r and this rank's rows of S (none: NULL). */
+static int scratch(const agmm_plan *plan, size_t bytes[])
+{
+    const agmm_matmul_reduce_scatter_desc *d = &plan->desc.rs;
+    return agmm_op_mr_scratch(d->m, d->n, d->k, agmm_split_rows(d->m, agmm_ctx_info(plan->ctx)->nranks, agmm_ctx_info(plan->ctx)->rank, NULL), bytes);
+}
+
+static agmm_status plan_with(agmm_plan **out, agmm_ctx *ctx, const void *desc, const char *backend)
+{
+    agmm_matmul_reduce_scatter_desc d = *(const agmm_matmul_reduce_scatter_desc *)desc;
+    d.backend = backend;
+    return agmm_plan_matmul_reduce_scatter(out, ctx, &d);
+}
+
+static agmm_status run_scratch(agmm_plan *plan, void *const *buf, void *stream)
+{
+    agmm_matmul_reduce_scatter_io io = {.a = buf[0], .b = buf[1], .out = buf[2]};
+    return agmm_matmul_reduce_scatter(plan, &io, stream);
+}
+
 const agmm_op_type agmm_op_matmul_reduce_scatter = {
     .op = AGMM_OP_MATMUL_REDUCE_SCATTER,
     .check = check,
@@ -60,4 +81,7 @@ const agmm_op_type agmm_op_matmul_reduce_scatter = {
     .input_of = agmm_op_mr_input_of,
     .check_io = check_io,
     .describe = describe,
+    .scratch = scratch,
+    .plan_with = plan_with,
+    .run_scratch = run_scratch,
 };
