@@ -8,8 +8,8 @@
 #   bench/mr_run.sh [BUILD_DIR]          default BUILD_DIR: build
 #
 # Environment: OUT (default ./out), STEP_TIMEOUT (seconds per step, default 240), SKIP_TORCH=1,
-# BENCH_ARGS (extra agmm-bench options for every sweep). Python: as bench/torch_run.sh (PYTHONPATH
-# to an installed agmm package, or the source tree with AGMM_LIBRARY).
+# BENCH_ARGS (extra agmm-bench options for every sweep). Python: an installed agmm package, else
+# this tree's python/ with AGMM_LIBRARY=BUILD_DIR/libagmm.so.
 set -u -o pipefail
 BUILD=${1:-build}
 STEP_TIMEOUT=${STEP_TIMEOUT:-240}
@@ -44,6 +44,10 @@ step "bench matmul_all_reduce emulated W=8" "$OUT/mr_bench.log" $B --op matmul_a
     --ranks 8 --shape 1,8192,3584 --shape 32,8192,3584 --shape 128,8192,3584 --shape 77,1000,1024 --warmup 10 \
     --iters 30 --timeout 10 --csv "$OUT/mr_ar_emu8.csv" ${BENCH_ARGS:-}
 if [ "${SKIP_TORCH:-0}" != 1 ]; then
+    # The package from this tree where none is installed: its source with this build's library.
+    if ! python3 -c 'import agmm' 2>/dev/null; then
+        export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH} AGMM_LIBRARY=${AGMM_LIBRARY:-$PWD/$BUILD/libagmm.so}
+    fi
     for op in matmul_reduce_scatter matmul_all_reduce; do
         step "torch_bench $op W=1" "$OUT/torch_mr_bench.log" torchrun --nproc-per-node 1 bench/torch_bench.py \
             --op $op --out "$OUT"
