@@ -46,8 +46,11 @@
  *   CUDA_MODULE_LOADING=EAGER   emulated worlds only, before CUDA starts: a kernel loaded lazily
  *                               waits for the whole context, where a peer may be spinning.
  * A program that starts CUDA before creating a world must set the last two itself.
- * Environment the library reads: AGMM_LOG (above); AGMM_TUNE and AGMM_TUNE_CACHE (how `auto`
- * chooses a backend and where it caches the choice: docs/auto.md); on rank 0 only.
+ * Environment the library reads: AGMM_LOG (above), AGMM_TIMEOUT_S (the timeout where a config
+ * leaves it 0), AGMM_TUNE, AGMM_TUNE_CACHE, AGMM_TUNE_RUNS and AGMM_TUNE_BUDGET_MS (how `auto`
+ * measures and where it caches its choices: docs/auto.md; rank 0's count), and what the README's
+ * "Environment" lists (`agmm-bench --list-knobs` prints it). A value a variable does not allow
+ * fails world creation with AGMM_ERR_INVALID_ARG naming it.
  * Plain C11; usable from C++. */
 #ifndef AGMM_H
 #define AGMM_H
@@ -112,7 +115,7 @@ typedef enum {
 typedef struct {
     agmm_world_kind kind;
     int nranks;               /* 0: one per visible GPU (GPU), 4 (CPU); emulated: required */
-    double timeout_s;         /* bound on every wait for a peer; 0 means 5 s */
+    double timeout_s;         /* bound on every wait for a peer; 0: AGMM_TIMEOUT_S, unset 5 s */
     int allow_nvls;           /* 0 (default): NCCL_NVLS_ENABLE=0. 1 leaves NCCL's choice alone.
                                  Never set on shared hosts: NVLink multicast can take them down. */
     int32_t reserved[11];     /* must be zero */
@@ -139,6 +142,10 @@ int agmm_world_local_ranks(const agmm_world *world);  /* ranks driven by this pr
 int agmm_world_first_rank(const agmm_world *world);   /* global rank of local rank 0 */
 /* Text for a banner: device names, NCCL version, emulation. Never NULL; owned by the world. */
 const char *agmm_world_describe(const agmm_world *world);
+/* The bound on every wait for a peer that a world gets where its config leaves timeout_s 0, in
+ * seconds: AGMM_TIMEOUT_S, else 5 (a value AGMM_TIMEOUT_S does not allow reads as 5 here; world
+ * creation refuses it). Local; no world needed. */
+double agmm_world_default_timeout_s(void);
 
 /* ---- process worlds: one rank per process (torchrun, mpirun, srun, or the caller's own) ---- */
 
@@ -170,7 +177,7 @@ typedef struct {
                                  environment (docs/processes.md) */
     void *nccl_comm;          /* GPU worlds: an ncclComm_t of these ranks to borrow (not destroyed,
                                  finalised or aborted by agmm); NULL: agmm makes its own */
-    double timeout_s;         /* bound on every wait for a peer; 0 means 5 s */
+    double timeout_s;         /* bound on every wait for a peer; 0: AGMM_TIMEOUT_S, unset 5 s */
     int allow_nvls;           /* as in agmm_world_config */
     int multi_host;           /* explicit rank/nranks only: 1 if the ranks run on several hosts (a
                                  GPU world, whose ranks then meet through NCCL alone); 0: one host.

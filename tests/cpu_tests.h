@@ -87,6 +87,11 @@ void test_tune_agreement(void);
 void test_tune_off(void);
 void test_tune_op_types(void);
 
+/* test_knobs.c: the knob table, its values, and what reaches the worlds. */
+void test_knobs_table(void);
+void test_knobs_values(void);
+void test_knobs_worlds(void);
+
 /* Helpers of the CPU tests (test_cpu_backends.c). */
 /* A CPU world of nranks ranks (timeout_s 0: the default), or NULL after a FAIL line. */
 agmm_world *test_cpu_world(int nranks, double timeout_s);

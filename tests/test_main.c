@@ -45,6 +45,9 @@ static const agmm_test_case cases[] = {
     {"tune/agreement", test_tune_agreement},
     {"tune/off", test_tune_off},
     {"tune/op_types", test_tune_op_types},
+    {"knobs/table", test_knobs_table},
+    {"knobs/values", test_knobs_values},
+    {"knobs/worlds", test_knobs_worlds},
 };
 
 int main(int argc, char **argv)
