@@ -21,6 +21,7 @@ void test_validate_host_collective_order(void);
 /* test_backends.c: the backend table and the public backend queries. */
 void test_backend_table(void);
 void test_backend_queries(void);
+void test_backend_limits(void);
 
 /* test_cpu_backends.c: every CPU backend against the fp64 reference. */
 void test_cpu_reference(void);

@@ -14,6 +14,7 @@ static const agmm_test_case cases[] = {
     {"validate/host_order", test_validate_host_collective_order},
     {"backends/table", test_backend_table},
     {"backends/queries", test_backend_queries},
+    {"backends/limits", test_backend_limits},
     {"cpu/reference", test_cpu_reference},
     {"cpu/ag_matmul/exact", test_cpu_ag_matmul_exact},
     {"cpu/ag_matmul/random", test_cpu_ag_matmul_random},

@@ -38,7 +38,8 @@ typedef enum {
     X(TUNE_CACHE, AGMM_KNOB_TEXT, "$XDG_CACHE_HOME/agmm/tune.txt, else ~/.cache/agmm/tune.txt", "a file; empty: none", \
       0, 0, "where auto keeps its choices (docs/auto.md)")                                                             \
     X(TUNE_BUDGET_MS, AGMM_KNOB_NUMBER, "100", "milliseconds", 1, 60000,                                              \
-      "auto's timed runs of a new shape, shared by its candidates (each gets at least one run); rank 0's value counts") \
+      "auto's timed runs of a new shape, shared by its candidates (each gets at least one run); rank 0's value "      \
+      "counts")                                                                                                        \
     X(TUNE_RUNS, AGMM_KNOB_INTEGER, "20", "runs", 1, 1000,                                                             \
       "the most timed runs of each candidate auto measures; rank 0's value counts")                                    \
     X(FAULT, AGMM_KNOB_TEXT, "none", "rank=R,at=POINT,action=ACTION[,ms=N]", 0, 0,                                    \
