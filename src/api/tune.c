@@ -10,17 +10,17 @@
  *   2. Measuring: every candidate (a backend of the operation, usable in this world, with
  *      auto_order >= 0), in table order, on every rank: planned (collective), its input filled,
  *      one warm-up run, then AGMM_TUNE_RUNS runs at most, fewer where the warm-up says they
- *      would exceed the candidate's share of AGMM_TUNE_BUDGET_MS, each timed alone (events on GPUs, after an L2
- *      flush as agmm-bench does; the wall clock in the CPU world), then destroyed. After each
- *      step the ranks exchange their figure and every rank takes the maximum (a collective run is
- *      as slow as its slowest rank); a candidate that some rank cannot plan is dropped by all.
+ *      would exceed the candidate's share of AGMM_TUNE_BUDGET_MS, each timed alone (events on
+ *      GPUs, after an L2 flush as agmm-bench does; the wall clock in the CPU world), then
+ *      destroyed. After each step the ranks exchange their figure and every rank takes the
+ *      maximum (a collective run is as slow as its slowest rank); a candidate that some rank
+ *      cannot plan is dropped by all.
  *      Every rank then holds the same numbers and picks the same fastest candidate (ties: table
  *      order), with no broadcast needed.
  *   3. Rank 0 remembers the choice in memory and writes it to the cache file.
  * The cost of a new shape: the candidates' plan creations and destructions, plus per candidate
  * one warm-up run and at most max(one run, AGMM_TUNE_BUDGET_MS / candidates) of timed runs (and
- * AGMM_TUNE_RUNS runs at most); rank 0
- * logs it at AGMM_LOG=info and agmm_tune_last has it.
+ * AGMM_TUNE_RUNS runs at most); rank 0 logs it at AGMM_LOG=info and agmm_tune_last has it.
  * Nothing here knows an operation: its type (api.h) sizes the measuring buffers, plans a candidate
  * and runs it, and tune_cache.c's key reads the type's description of the descriptor. */
 #include <math.h>
