@@ -16,6 +16,7 @@
 #include "core/numeric.h"
 #include "core/row_split.h"
 #include "core/validate.h"
+#include "api/agmm_ext.h"
 #include "cpu/cpu.h"
 #include "cpu/reference.h"
 #include "cpu_tests.h"
@@ -298,6 +299,28 @@ void test_matmul_reduce_rows(void)
         agmm_check(ok && next == cases[i].m, "matmul_reduce_scatter rows: M=%lld W=%d split as R = ceil(M/W) blocks in "
                    "rank order (the last ranks short or empty), covering M",
                    (long long)cases[i].m, cases[i].w);
+    }
+    /* Their limits (agmm_backend_limit), the same for every backend and auto, as the check enforces. */
+    const agmm_op ops[2] = {AGMM_OP_MATMUL_REDUCE_SCATTER, AGMM_OP_MATMUL_ALL_REDUCE};
+    for (int o = 0; o < 2; o++) {
+        int64_t km = 0, nm = 0, v = 0, sp = -1;
+        int same = agmm_backend_limit(ops[o], NULL, AGMM_LIMIT_K_MULTIPLE, &km) == AGMM_SUCCESS &&
+                   agmm_backend_limit(ops[o], NULL, AGMM_LIMIT_N_MULTIPLE_ROW_B, &nm) == AGMM_SUCCESS &&
+                   agmm_backend_limit(ops[o], NULL, AGMM_LIMIT_MAX_SPLITS, &sp) == AGMM_SUCCESS && sp == 0;
+        for (int i = 0; agmm_backend_name(ops[o], i) != NULL; i++)
+            same &= agmm_backend_limit(ops[o], agmm_backend_name(ops[o], i), AGMM_LIMIT_K_MULTIPLE, &v) == AGMM_SUCCESS &&
+                    v == km;
+        char why[AGMM_ERROR_LEN];
+        const agmm_layout col = AGMM_LAYOUT_COL_MAJOR, row = AGMM_LAYOUT_ROW_MAJOR;
+        int enforced = km > 1 && nm > 1 &&
+                       agmm_ext_check_matmul_reduce(ops[o], 8, 8, 3 * km, col, why, sizeof why) == AGMM_SUCCESS &&
+                       agmm_ext_check_matmul_reduce(ops[o], 8, 8, 3 * km - 1, col, why, sizeof why) != AGMM_SUCCESS &&
+                       agmm_ext_check_matmul_reduce(ops[o], 8, 3 * nm, 8, row, why, sizeof why) == AGMM_SUCCESS &&
+                       agmm_ext_check_matmul_reduce(ops[o], 8, 3 * nm - 1, 8, row, why, sizeof why) != AGMM_SUCCESS &&
+                       agmm_ext_check_matmul_reduce(ops[o], 8, 3 * nm - 1, 8, col, why, sizeof why) == AGMM_SUCCESS;
+        agmm_check(same && enforced, "%s's limits, the same for every backend and auto: K a multiple of %lld, N of %lld "
+                   "with a row-major B, no splits; the shape check accepts each bound and refuses one past it",
+                   agmm_op_name(ops[o]), (long long)km, (long long)nm);
     }
     agmm_check(agmm_matmul_reduce_scatter_rows(0, 4, 0, NULL) == -1 && agmm_matmul_reduce_scatter_rows(8, 4, 4, NULL) == -1 &&
                    agmm_matmul_reduce_scatter_rows(8, 0, 0, NULL) == -1 &&

@@ -416,7 +416,7 @@ static const op_sample samples[] = {
 
 typedef struct {
     int checked, failed;
-    char msg[768]; /* a 512-byte key and the rest */
+    char msg[1024];
 } op_types_job;
 
 static agmm_status op_types_rank(agmm_ctx *ctx, void *arg)

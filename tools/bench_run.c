@@ -150,7 +150,8 @@ static agmm_status run_once(cell_job *j, agmm_plan *plan, const void *io)
     case AGMM_OP_AG_MATMUL: return agmm_ag_matmul(plan, io, j->dev->stream);
     case AGMM_OP_MATMUL_REDUCE_SCATTER: return agmm_matmul_reduce_scatter(plan, io, j->dev->stream);
     case AGMM_OP_MATMUL_ALL_REDUCE: return agmm_matmul_all_reduce(plan, io, j->dev->stream);
-    case AGMM_OP_ALL_REDUCE: break;
+    case AGMM_OP_ALL_REDUCE:
+    case AGMM_OP_NONE: break;
     }
     return agmm_all_reduce(plan, io, j->dev->stream);
 }

@@ -10,6 +10,15 @@ agmm_status agmm_op_mr_check(agmm_op op, int64_t m, int64_t n, int64_t k, agmm_l
     return agmm_check_matmul_reduce(agmm_op_name(op), m, n, k, b_layout, reserved, reserved_bytes, err);
 }
 
+int64_t agmm_op_mr_limit(agmm_limit what)
+{
+    switch (what) {
+    case AGMM_LIMIT_K_MULTIPLE:
+    case AGMM_LIMIT_N_MULTIPLE_ROW_B: return AGMM_MATMUL_REDUCE_ROW_MULTIPLE;
+    default: return 0;
+    }
+}
+
 int agmm_op_mr_scratch(int64_t m, int64_t n, int64_t k, int64_t out_rows, size_t bytes[])
 {
     bytes[0] = (size_t)(m * k) * 2;

@@ -12,6 +12,10 @@
 agmm_status agmm_op_mr_check(agmm_op op, int64_t m, int64_t n, int64_t k, agmm_layout b_layout,
                              const int64_t *reserved, size_t reserved_bytes, agmm_error *err);
 
+/* The operations' limits (api.h's limit hook): K, and N with a row-major B, multiples of
+ * AGMM_MATMUL_REDUCE_ROW_MULTIPLE; 0 for the others. */
+int64_t agmm_op_mr_limit(agmm_limit what);
+
 /* auto's scratch (api.h): A_r (m x k), B_r (k x n) and the output (out_rows x n), bf16. */
 int agmm_op_mr_scratch(int64_t m, int64_t n, int64_t k, int64_t out_rows, size_t bytes[]);
 

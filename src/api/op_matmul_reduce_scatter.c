@@ -84,4 +84,5 @@ const agmm_op_type agmm_op_matmul_reduce_scatter = {
     .scratch = scratch,
     .plan_with = plan_with,
     .run_scratch = run_scratch,
+    .limit = agmm_op_mr_limit,
 };

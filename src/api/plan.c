@@ -18,6 +18,7 @@ const agmm_op_type *agmm_op_type_of(agmm_op op)
     case AGMM_OP_ALL_REDUCE: return &agmm_op_all_reduce;
     case AGMM_OP_MATMUL_REDUCE_SCATTER: return &agmm_op_matmul_reduce_scatter;
     case AGMM_OP_MATMUL_ALL_REDUCE: return &agmm_op_matmul_all_reduce;
+    case AGMM_OP_NONE: break;
     }
     return NULL;
 }
@@ -133,7 +134,7 @@ void agmm_plan_destroy(agmm_plan *p)
     free(p);
 }
 
-agmm_op agmm_plan_op(const agmm_plan *p) { return p ? p->op : AGMM_OP_AG_MATMUL; }
+agmm_op agmm_plan_op(const agmm_plan *p) { return p ? p->op : AGMM_OP_NONE; }
 const char *agmm_plan_backend(const agmm_plan *p) { return p ? p->backend->name : ""; }
 void *agmm_plan_input(agmm_plan *p) { return p && p->input ? p->input->local : NULL; }
 
