@@ -245,3 +245,151 @@ void test_schedule_random(void)
     free(spans);
     report(&t, "random W 1..8 M 1..5000 N 1..3000 bm,bn in {16,64,128,256} splits 1..16 group_m 1..16");
 }
+
+/* ---- the reduce-scatter visit (block_rows > 0) ----
+ *   cover    every element of the M x N partial in exactly one tile
+ *   tiles    row tiles of bm over all M rows (not clipped to blocks), columns clipped to N
+ *   home     src_rank = chunk = the block of the tile's first row, local = homed in rank's block,
+ *            shard_row0 = row0
+ *   order    home blocks visited in the order rank+1, rank+2, ..., rank: every tile homed in
+ *            another block before every tile homed in the rank's own
+ *   group    inside a block, group_m row tiles at a time, column-major inside a group */
+enum { RS_COVER, RS_TILES, RS_HOME, RS_ORDER, RS_GROUP, RS_PROPS };
+static const char *const rs_what[RS_PROPS] = {
+    "every element of the partial in exactly one tile",
+    "row tiles of bm over all M rows, clipped to M and N only",
+    "home block, local, chunk and shard_row0 right",
+    "home blocks in the order rank+1, ..., rank: the rank's own tiles last",
+    "inside a block, group_m row tiles at a time, column-major in a group",
+};
+
+static void check_rs(tally *t, agmm_sched s, span *spans)
+{
+    s.block_rows = (s.m + s.nranks - 1) / s.nranks;
+    s.splits = 1;
+    agmm_sched_init(&s);
+    const int64_t ntiles = agmm_sched_num_tiles(&s), rb = s.block_rows;
+    t->cases++;
+    t->tiles += ntiles;
+    int64_t prev_pos = -1, prev_group = -1, prev_col = -1, prev_row = -1, first_row_tile = 0;
+    int prev_home = -1, seen_own = 0;
+    for (int64_t i = 0; i < ntiles; i++) {
+        agmm_tile tl;
+        agmm_sched_tile(&s, i, &tl);
+        const int home = (int)(tl.row0 / rb);
+        if (tl.row0 < 0 || tl.row0 >= s.m || tl.row0 % s.bm != 0 ||
+            tl.rows != (s.m - tl.row0 < s.bm ? s.m - tl.row0 : s.bm) || tl.col0 < 0 || tl.col0 >= s.n ||
+            tl.col0 % s.bn != 0 || tl.cols != (s.n - tl.col0 < s.bn ? s.n - tl.col0 : s.bn))
+            fail(t, RS_TILES, &s, "tile %lld: rows [%lld, +%d) cols [%lld, +%d)", (long long)i, (long long)tl.row0,
+                 tl.rows, (long long)tl.col0, tl.cols);
+        if (tl.src_rank != home || tl.chunk != home || tl.local != (home == s.rank) || tl.shard_row0 != tl.row0)
+            fail(t, RS_HOME, &s, "tile %lld at row %lld (block %d): src_rank %d chunk %d local %d shard_row0 %lld",
+                 (long long)i, (long long)tl.row0, home, tl.src_rank, tl.chunk, tl.local, (long long)tl.shard_row0);
+        const int64_t pos = (home - s.rank - 1 + 2 * s.nranks) % s.nranks;
+        if (pos < prev_pos || (seen_own && home != s.rank))
+            fail(t, RS_ORDER, &s, "tile %lld homed in block %d (position %lld) after position %lld%s", (long long)i,
+                 home, (long long)pos, (long long)prev_pos, seen_own ? ", after an own tile" : "");
+        seen_own |= home == s.rank;
+        if (home != prev_home)
+            first_row_tile = tl.row0 / s.bm, prev_group = -1;
+        const int64_t row_tile = tl.row0 / s.bm - first_row_tile, col_tile = tl.col0 / s.bn,
+                      group = row_tile / s.group_m;
+        if (home == prev_home &&
+            !(group > prev_group ||
+              (group == prev_group && (col_tile > prev_col || (col_tile == prev_col && row_tile > prev_row)))))
+            fail(t, RS_GROUP, &s, "tile %lld: (group %lld, col tile %lld, row tile %lld) after (%lld, %lld, %lld)",
+                 (long long)i, (long long)group, (long long)col_tile, (long long)row_tile, (long long)prev_group,
+                 (long long)prev_col, (long long)prev_row);
+        prev_pos = pos, prev_home = home, prev_group = group, prev_col = col_tile, prev_row = row_tile;
+        spans[i] = (span){col_tile, tl.row0, tl.rows};
+    }
+    /* cover: per column tile, the row spans partition [0, M). */
+    qsort(spans, (size_t)ntiles, sizeof *spans, span_cmp);
+    int64_t col = 0, next_row = 0;
+    for (int64_t i = 0; i < ntiles; i++) {
+        if (spans[i].col_tile != col) {
+            if (next_row != s.m || spans[i].col_tile != col + 1) {
+                fail(t, RS_COVER, &s, "column tile %lld covers rows up to %lld of %lld", (long long)col,
+                     (long long)next_row, (long long)s.m);
+                return;
+            }
+            col++, next_row = 0;
+        }
+        if (spans[i].row0 != next_row) {
+            fail(t, RS_COVER, &s, "column tile %lld: rows %lld.. %s", (long long)col, (long long)next_row,
+                 spans[i].row0 > next_row ? "never covered" : "covered twice");
+            return;
+        }
+        next_row += spans[i].rows;
+    }
+    if (next_row != s.m || col != s.col_tiles - 1)
+        fail(t, RS_COVER, &s, "ended at column tile %lld row %lld (want %lld, %lld)", (long long)col,
+             (long long)next_row, (long long)(s.col_tiles - 1), (long long)s.m);
+}
+
+static void rs_report(const tally *t, const char *what)
+{
+    for (int p = 0; p < RS_PROPS; p++)
+        agmm_check(t->failures[p] == 0, "reduce-scatter visit %s: %s: %lld cases, %lld tiles, %lld failures%s", what,
+                   rs_what[p], (long long)t->cases, (long long)t->tiles, (long long)t->failures[p], t->first[p]);
+}
+
+void test_schedule_reduce_scatter(void)
+{
+    /* Worked by hand: M = 10, W = 3 (R = 4: blocks [0,4) [4,8) [8,10)), bm = 3 (row tiles at 0, 3,
+     * 6, 9: homes 0, 0, 1, 2; tile 3 straddles blocks 0 and 1), N = 5, bn = 4 (2 column tiles),
+     * rank 1: block 2's tile first (row 9, 1 row), then block 0's (rows 0, 3; group_m 2: column-major),
+     * its own (row 6, straddling into block 2) last. */
+    agmm_sched s = {.m = 10, .n = 5, .nranks = 3, .rank = 1, .splits = 1, .bm = 3, .bn = 4, .group_m = 2,
+                    .block_rows = 4};
+    agmm_sched_init(&s);
+    static const int64_t want[8][3] = {{9, 0, 2}, {9, 4, 2}, {0, 0, 0}, {3, 0, 0},
+                                       {0, 4, 0}, {3, 4, 0}, {6, 0, 1}, {6, 4, 1}};
+    int ok = agmm_sched_num_tiles(&s) == 8 && s.row_tile0 == 3;
+    for (int i = 0; ok && i < 8; i++) {
+        agmm_tile tl;
+        agmm_sched_tile(&s, i, &tl);
+        ok = tl.row0 == want[i][0] && tl.col0 == want[i][1] && tl.src_rank == want[i][2] &&
+             tl.rows == (i < 2 ? 1 : 3) && tl.cols == (want[i][1] ? 1 : 4) && tl.local == (want[i][2] == 1);
+    }
+    agmm_check(ok, "reduce-scatter visit M=10 W=3 rank=1 bm=3 N=5 bn=4 group_m=2: hand-worked order of 8 tiles");
+
+    static const int bms[] = {1, 2, 3, 16};
+    static const int bns[] = {1, 4, 16};
+    static const int ns[] = {1, 5, 17};
+    tally t = {0};
+    span *spans = malloc(sizeof *spans * 40 * 17);
+    for (int w = 1; w <= 8; w++)
+        for (int r = 0; r < w; r++)
+            for (int m = 1; m <= 40; m++)
+                for (int ni = 0; ni < 3; ni++)
+                    for (int bi = 0; bi < 4; bi++)
+                        for (int bj = 0; bj < 3; bj++)
+                            for (int g = 1; g <= 3; g++)
+                                check_rs(&t, (agmm_sched){.m = m, .n = ns[ni], .nranks = w, .rank = r, .bm = bms[bi],
+                                                          .bn = bns[bj], .group_m = g},
+                                         spans);
+    free(spans);
+    rs_report(&t, "exhaustive W<=8 M<=40");
+
+    enum { CASES = 2000, MAX_TILES = 16384 };
+    static const int sizes[] = {64, 128, 256};
+    uint64_t rng = 0x2e5ca77e;
+    tally u = {0};
+    spans = malloc(sizeof *spans * MAX_TILES);
+    for (int i = 0; i < CASES; i++) {
+        agmm_sched c = {0};
+        c.nranks = 1 + (int)(agmm_rng_next(&rng) % 64);
+        c.rank = (int)(agmm_rng_next(&rng) % (uint64_t)c.nranks);
+        c.m = 1 + (int64_t)(agmm_rng_next(&rng) % 20000);
+        c.n = 1 + (int64_t)(agmm_rng_next(&rng) % 3000);
+        c.bm = sizes[agmm_rng_next(&rng) % 3];
+        c.bn = sizes[agmm_rng_next(&rng) % 3];
+        c.group_m = 1 + (int)(agmm_rng_next(&rng) % 16);
+        while ((c.m + c.bm - 1) / c.bm * ((c.n + c.bn - 1) / c.bn) > MAX_TILES)
+            c.n = (c.n + 1) / 2;
+        check_rs(&u, c, spans);
+    }
+    free(spans);
+    rs_report(&u, "random W 1..64 M 1..20000 N 1..3000 bm,bn in {64,128,256} group_m 1..16");
+}
