@@ -96,6 +96,10 @@ void test_plan_agreement(void);
 void test_pull_late_ready(void);
 void test_pull_slow_reader(void);
 void test_pull_timeouts(void);
+/* test_mr_fused.c: the fused matmul_reduce_scatter's tile waits, slot-free waits and timeouts. */
+void test_mr_fused_late_writer(void);
+void test_mr_fused_slow_owner(void);
+void test_mr_fused_timeouts(void);
 
 /* test_tune.c: auto's cache file, measuring, agreement across ranks, the static rule, what it
  * reads from the operations' types. */

@@ -409,7 +409,7 @@ void test_matmul_reduce_bad_args(void)
         {1, AGMM_ERR_INVALID_ARG, "M=0", "M=0"},
         {2, AGMM_ERR_INVALID_ARG, "N=20 with a row-major B", "N=20 is not a multiple of 8"},
         {3, AGMM_ERR_INVALID_ARG, "reserved[3]=1", "matmul_reduce_scatter desc: the reserved tail is not zero"},
-        {4, AGMM_ERR_INVALID_ARG, "backend=fancy", "matmul_reduce_scatter takes auto, nccl, ce or one_shot"},
+        {4, AGMM_ERR_INVALID_ARG, "backend=fancy", "matmul_reduce_scatter takes auto, nccl, ce, one_shot or fused"},
         {5, AGMM_SUCCESS, "matmul_reduce_scatter backend=auto in the CPU world: the static rule", "chose one_shot"},
         {13, AGMM_SUCCESS, "matmul_all_reduce backend=NULL in the CPU world: the static rule", "chose one_shot"},
         {6, AGMM_ERR_INVALID_ARG, "matmul_all_reduce backend=ce", "matmul_all_reduce takes auto, nccl, one_shot or two_shot"},

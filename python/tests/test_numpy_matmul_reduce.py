@@ -127,4 +127,4 @@ def test_errors_name_the_argument():
     assert msgs[0].startswith("ValueError: matmul_reduce_scatter: a and b (K): K=12 is not a positive multiple of 8"), msgs[0]
     assert msgs[1].startswith("TypeError: matmul_all_reduce: a: dtype float32"), msgs[1]
     assert msgs[2].startswith("ValueError: matmul_all_reduce: out: uint16 array of shape (4, 8); want uint16 (8, 8)"), msgs[2]
-    assert "backend: backend=two_shot: matmul_reduce_scatter takes auto, nccl, ce or one_shot" in msgs[3], msgs[3]
+    assert "backend: backend=two_shot: matmul_reduce_scatter takes auto, nccl, ce, one_shot or fused" in msgs[3], msgs[3]

@@ -16,6 +16,7 @@ extern const agmm_backend agmm_backend_all_reduce_two_shot;
 extern const agmm_backend agmm_backend_matmul_reduce_scatter_nccl;
 extern const agmm_backend agmm_backend_matmul_reduce_scatter_ce;
 extern const agmm_backend agmm_backend_matmul_reduce_scatter_one_shot;
+extern const agmm_backend agmm_backend_matmul_reduce_scatter_fused;
 extern const agmm_backend agmm_backend_matmul_all_reduce_nccl;
 extern const agmm_backend agmm_backend_matmul_all_reduce_one_shot;
 extern const agmm_backend agmm_backend_matmul_all_reduce_two_shot;
@@ -32,6 +33,7 @@ static const agmm_backend *const table[] = {
     &agmm_backend_matmul_reduce_scatter_nccl,
     &agmm_backend_matmul_reduce_scatter_ce,
     &agmm_backend_matmul_reduce_scatter_one_shot,
+    &agmm_backend_matmul_reduce_scatter_fused,
     &agmm_backend_matmul_all_reduce_nccl,
     &agmm_backend_matmul_all_reduce_one_shot,
     &agmm_backend_matmul_all_reduce_two_shot,

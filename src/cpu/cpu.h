@@ -31,6 +31,10 @@ int agmm_cpu_reached(uint32_t value, uint32_t epoch);
  * a thread whose acquire wait sees the value. */
 void agmm_cpu_flag_raise(uint32_t *flag, uint32_t value);
 
+/* Adds `value` to `flag` (a counting flag several writers raise, the fused reduce-scatter's tile
+ * flags), with release order as agmm_cpu_flag_raise. */
+void agmm_cpu_flag_add(uint32_t *flag, uint32_t value);
+
 /* The flag's value, loaded with acquire order. */
 uint32_t agmm_cpu_flag_load(const uint32_t *flag);
 

@@ -45,6 +45,11 @@ void agmm_cpu_flag_raise(uint32_t *flag, uint32_t value)
     atomic_store_explicit(atomic_word(flag), value, memory_order_release);
 }
 
+void agmm_cpu_flag_add(uint32_t *flag, uint32_t value)
+{
+    atomic_fetch_add_explicit(atomic_word(flag), value, memory_order_release);
+}
+
 int agmm_cpu_flag_wait(const uint32_t *flag, uint32_t epoch, double timeout_s, uint32_t *seen)
 {
     _Atomic uint32_t *w = atomic_word(flag);
