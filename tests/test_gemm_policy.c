@@ -1,6 +1,7 @@
 /* The GEMM engine's config policy (src/kernels/gemm/policy.h), without a GPU:
  *   table     every config is one the kernels can be: whole 64 x 64 blocks per consumer, multicast
- *             pairs only on 128-row tiles, names unique and found by name; out of range refused
+ *             pairs only on 128-row tiles, names unique and found by name; out of range refused; the
+ *             whole-tile twin of each config (scatter mode's) and the tile count of a grid
  *   measured  every name of the measured table is a config; each measured shape picks its own
  *             config, a shape near one picks it, a far one or a partial GPU picks none
  *   model     the cost model's picks on shapes whose answer is worked out by hand (small GEMMs get
@@ -49,6 +50,20 @@ void test_gemm_policy_table(void)
     agmm_check(!agmm_gemm_config_at(-1) && !agmm_gemm_config_at(n) && !strcmp(agmm_gemm_config_name(n), "?") &&
                    agmm_gemm_config_find("no such config") == -1 && agmm_gemm_config_find(NULL) == -1,
                "gemm policy: config -1 and %d are out of range, an unknown name is -1", n);
+    /* Scatter mode's whole tiles: a split-tail config maps to its tile and ring without the split,
+     * any other config to itself; its grid counts those tiles. */
+    int wrong = 0, sk = 0;
+    for (int c = 0; c < n; c++) {
+        const agmm_gemm_config *tc = agmm_gemm_config_at(c), *w = agmm_gemm_config_at(agmm_gemm_whole_tiles(c));
+        sk += tc->sk;
+        wrong += !w || w->sk || w->bm != tc->bm || w->bn != tc->bn || w->stages != tc->stages ||
+                 (!tc->sk && agmm_gemm_whole_tiles(c) != c) ||
+                 agmm_gemm_grid_tiles(c, 1000, 520) != (1000 + tc->bm - 1) / tc->bm * ((520 + tc->bn - 1) / tc->bn);
+    }
+    agmm_check(wrong == 0 && sk >= 1 && agmm_gemm_grid_tiles(-1, 8, 8) == 0,
+               "gemm policy: each of %d configs (%d split-tail) has a whole-tile twin of the same tile and ring, "
+               "itself if it has no split; grid tiles of 1000 x 520 right (%d wrong)",
+               n, sk, wrong);
 }
 
 typedef struct {

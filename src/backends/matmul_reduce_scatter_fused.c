@@ -311,14 +311,135 @@ static const agmm_backend_impl fused_cpu_impl = {
     .mem_need = cpu_mem_need,
 };
 
+/* ---- GPUs ---- */
+#ifdef AGMM_HAVE_CUDA
+#include "../kernels/gemm/gemm_engine.h"
+#include "../world/gpu_check.h"
+#include "../world/rank_gpu.h"
+
+typedef struct {
+    agmm_gemm_plan *gemm;
+    agmm_symm_buf *slots, *signals; /* NULL at W = 1 */
+} fused_gpu;
+
+static void gpu_destroy(agmm_plan *plan)
+{
+    fused_gpu *x = plan->state;
+    if (x == NULL)
+        return;
+    /* Collective: no rank frees while a peer's run may still store into its slots or signals. */
+    agmm_host_barrier(plan->ctx);
+    agmm_gemm_plan_destroy(x->gemm);
+    agmm_symm_free(plan->ctx, x->signals);
+    agmm_symm_free(plan->ctx, x->slots);
+    cudaGetLastError();
+    free(x);
+    plan->state = NULL;
+}
+
+/* The GEMM's SM budget (header comment): 0 is the whole GPU. */
+static int gemm_ctas(const agmm_ctx *ctx)
+{
+    const agmm_rank_info *ri = agmm_ctx_info(ctx);
+    if (ri->ranks_on_device <= 1)
+        return 0;
+    int share = agmm_ctx_gpu(ctx)->num_sms / ri->ranks_on_device - 1;
+    return share > 0 ? share : 1;
+}
+
+/* The tile config every rank runs: the engine's policy on rank 0 (whole tiles: the scatter
+ * epilogue has no split tail), sent to all, since the tile grid names the flags. Collective. */
+static agmm_status agreed_config(agmm_plan *plan, const agmm_mr_shape *s, int *config)
+{
+    const int sms = agmm_ctx_gpu(plan->ctx)->num_sms, ctas = gemm_ctas(plan->ctx);
+    const agmm_gemm_problem pb = {.m = s->m, .n = s->n, .k = s->k, .nranks = 1, .rank = 0, .splits = 1,
+                                  .ctas = ctas ? ctas : sms, .sms = sms};
+    int mine = agmm_gemm_whole_tiles(agmm_gemm_policy_choose(&pb)), all[AGMM_MAX_RANKS];
+    agmm_status st = agmm_host_exchange(plan->ctx, &mine, sizeof mine, all);
+    *config = all[0];
+    return st;
+}
+
+static agmm_status gpu_create(agmm_plan *plan)
+{
+    agmm_status st = AGMM_SUCCESS;
+    agmm_ctx *ctx = plan->ctx;
+    agmm_error *err = agmm_ctx_err(ctx);
+    const agmm_gpu_rank *g = agmm_ctx_gpu(ctx);
+    const agmm_mr_shape s = agmm_mr_shape_of(plan);
+    fused_gpu *x = calloc(1, sizeof *x);
+    if (x == NULL)
+        return AGMM_FAIL(err, AGMM_ERR_NO_MEMORY, "rank %d: plan state allocation failed", s.rank);
+    plan->state = x;
+    agmm_gemm_desc d = {.b_layout = s.layout, .m = s.m, .n = s.n, .k = s.k, .nranks = 1, .rank = 0, .splits = 1,
+                        .max_ctas = gemm_ctas(ctx), .config = -1};
+    if (s.nranks > 1) {
+        /* W > 1: the scatter epilogue over the plan's slots and signals. */
+        AGMM_TRY(st, agreed_config(plan, &s, &d.config));
+        AGMM_TRY(st, agmm_symm_alloc(ctx, (size_t)s.nranks * s.slot_bytes, &x->slots));
+        AGMM_TRY(st, agmm_symm_alloc(ctx, signal_bytes(agmm_gemm_grid_tiles(d.config, s.m, s.n), s.nranks),
+                                     &x->signals));
+        d.nranks = s.nranks;
+        d.rank = s.rank;
+        d.dev_error = g->err_dev;
+        d.timeout_ns = g->timeout_ns;
+        d.scatter = (agmm_gemm_scatter){.on = 1, .slots = x->slots->d_peer,
+                                        .signals = (uint32_t *const *)x->signals->d_peer,
+                                        .slot_bytes = s.slot_bytes};
+    }
+    /* W = 1: a plain GEMM of all rows into io->out. */
+    AGMM_TRY(st, agmm_gemm_plan_create(&x->gemm, &d, err));
+    /* Everyone leaves plan time together: a rank's first run must not meet a peer still in
+     * cudaMalloc, which may synchronise a shared device. */
+    AGMM_TRY(st, agmm_host_barrier(ctx));
+fail:
+    return st;
+}
+
+static agmm_status gpu_run(agmm_plan *plan, const void *vio, void *stream)
+{
+    agmm_status st = AGMM_SUCCESS;
+    fused_gpu *x = plan->state;
+    const agmm_mr_io io = agmm_mr_io_of(plan, vio);
+    cudaStream_t s = (cudaStream_t)stream;
+    agmm_error *err = agmm_ctx_err(plan->ctx);
+    /* A rank with no rows may pass out = NULL: the engine never writes c then, but wants one. */
+    void *out = io.out ? (void *)io.out : x->slots->local;
+    AGMM_TRY(st, agmm_gemm_plan_set_ptrs(x->gemm, io.a, NULL, io.b, out, err));
+    /* Its epoch, flags and done words are on the device; the engine records why it refused or
+     * failed to launch. */
+    AGMM_TRY(st, agmm_gemm_run(x->gemm, 0, s, err));
+    AGMM_TRY(st, agmm_gpu_note_run(plan->ctx, s));
+fail:
+    return st;
+}
+
+static void gpu_mem_need(const agmm_plan *plan, agmm_mem_need *need)
+{
+    const agmm_mr_shape s = agmm_mr_shape_of(plan);
+    if (s.nranks > 1) /* signals for the smallest tiles (64 x 64): an upper bound */
+        need->symmetric_bytes += (uint64_t)s.nranks * s.slot_bytes +
+                                 signal_bytes((s.m + 63) / 64 * ((s.n + 63) / 64), s.nranks);
+}
+
+static const agmm_backend_impl fused_gpu_impl = {
+    .needs = AGMM_CAP_PEER_MEMORY,
+    .create = gpu_create,
+    .run = gpu_run,
+    .destroy = gpu_destroy,
+    .mem_need = gpu_mem_need,
+};
+#define FUSED_GPU (&fused_gpu_impl)
+#else
 #define FUSED_GPU NULL
+#endif /* AGMM_HAVE_CUDA */
 
 const agmm_backend agmm_backend_matmul_reduce_scatter_fused = {
     .name = "fused",
     .op = AGMM_OP_MATMUL_REDUCE_SCATTER,
     .summary = "one persistent GEMM whose epilogue stores each tile's rows into their owners' symmetric slots and "
                "raises a flag per tile; each owner sums its rows of a tile in rank order as the tile lands",
-    .devices = AGMM_DEVICE_CPU,
+    .devices = AGMM_DEVICE_CPU | AGMM_DEVICE_GPU,
     .auto_order = 3,
     .cpu = &fused_cpu_impl,
     .gpu = FUSED_GPU,
@@ -337,8 +458,19 @@ agmm_status agmm_mr_fused_set_delay(agmm_plan *plan, int64_t gemm_delay_ns, int6
                          "matmul_reduce_scatter plan and delays >= 0",
                          agmm_op_name(plan->op), plan->backend->name, (long long)gemm_delay_ns,
                          (long long)reduce_delay_ns);
-    fused_cpu *x = plan->state;
-    x->gemm_delay_us = (gemm_delay_ns + 999) / 1000;
-    x->reduce_delay_us = (reduce_delay_ns + 999) / 1000;
+    if (plan->impl == &fused_cpu_impl) {
+        fused_cpu *x = plan->state;
+        x->gemm_delay_us = (gemm_delay_ns + 999) / 1000;
+        x->reduce_delay_us = (reduce_delay_ns + 999) / 1000;
+        return AGMM_SUCCESS;
+    }
+    if (reduce_delay_ns != 0)
+        return AGMM_FAIL(agmm_ctx_err(plan->ctx), AGMM_ERR_UNSUPPORTED,
+                         "reduce_delay_ns=%lld: on GPUs the sums are in the GEMM's epilogue; only its start can be "
+                         "delayed (gemm_delay_ns)",
+                         (long long)reduce_delay_ns);
+#ifdef AGMM_HAVE_CUDA
+    agmm_gemm_plan_set_delay(((fused_gpu *)plan->state)->gemm, (uint64_t)gemm_delay_ns);
+#endif
     return AGMM_SUCCESS;
 }

@@ -12,7 +12,9 @@ enum {
     AGMM_WAIT_BARRIER = 0,     /* a cross-rank barrier: `peer` never arrived */
     AGMM_WAIT_CHUNK = 1,       /* a GEMM tile waited for chunk `chunk` (copied from `peer`) */
     AGMM_WAIT_ALL_REDUCE = 2,  /* an all-reduce kernel's barrier: `peer` never arrived */
-    AGMM_WAIT_READY = 3        /* a pull GEMM waited for `peer`'s ready flag (its shard written) */
+    AGMM_WAIT_READY = 3,       /* a pull GEMM waited for `peer`'s ready flag (its shard written) */
+    AGMM_WAIT_TILE = 4,        /* a reduce-scatter owner waited for `peer`'s partial of tile `chunk` */
+    AGMM_WAIT_SLOT = 5         /* a reduce-scatter GEMM waited for owner `peer` to free its slot */
 };
 
 typedef struct {

@@ -417,6 +417,7 @@ static const char *wait_name(int wait)
     case AGMM_WAIT_CHUNK: return "a chunk of the gathered A";
     case AGMM_WAIT_ALL_REDUCE: return "an all-reduce barrier";
     case AGMM_WAIT_READY: return "a pull GEMM's wait for a peer's shard";
+    case AGMM_WAIT_SLOT: return "a reduce-scatter GEMM's wait for its owner to free a slot";
     }
     return "a wait";
 }
@@ -434,6 +435,12 @@ agmm_status agmm_gpu_check_dev_error(agmm_ctx *ctx)
                          "epoch %u, flag read %u): its copy never landed",
                          (int)e->rank, ctx->info.timeout_s, (int)e->chunk, (int)e->peer, (unsigned)e->epoch,
                          (unsigned)e->seen);
+    if (e->wait == AGMM_WAIT_TILE)
+        return AGMM_FAIL(&ctx->err, AGMM_ERR_TIMEOUT,
+                         "rank %d: timed out after %.3g s waiting for rank %d's partial of tile %d of the reduce-scatter "
+                         "(flag read %u, wants %u): rank %d never stored it",
+                         (int)e->rank, ctx->info.timeout_s, (int)e->peer, (int)e->chunk, (unsigned)e->seen,
+                         (unsigned)e->epoch, (int)e->peer);
     return AGMM_FAIL(&ctx->err, AGMM_ERR_TIMEOUT,
                      "rank %d: timed out after %.3g s in %s waiting for rank %d (epoch %u, last saw %u): the "
                      "peer never arrived",

@@ -45,6 +45,7 @@ static const agmm_test_case cases[] = {
     {"auto", test_auto_gpu},
     {"all_reduce_nccl_w1", test_all_reduce_nccl_w1},
     {"matmul_reduce_gpu", test_matmul_reduce_gpu},
+    {"matmul_reduce_fused", test_matmul_reduce_fused},
     {"matmul_reduce_gpu_world", test_matmul_reduce_gpu_world},
     {"matmul_reduce_timeout", test_matmul_reduce_timeout},
     {"gemm_engine", gemm_engine},

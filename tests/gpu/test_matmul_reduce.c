@@ -11,7 +11,12 @@
  *      run 3 bit for bit equal to run 2 (no atomics, a fixed order); for matmul_all_reduce every
  *      rank's S bit for bit equal to rank 0's.
  * Shapes: M = 1, 7, 37, 130 (fewer rows than ranks, not divisible by W), odd N, K = 64, 72, 128,
- * both layouts of B. And a rank that never runs: its peer's run ends in AGMM_ERR_TIMEOUT naming it. */
+ * both layouts of B. And a rank that never runs: its peer's run ends in AGMM_ERR_TIMEOUT naming it.
+ *
+ * The fused reduce-scatter (its GEMM's epilogue scatters tiles and sums as they land) also on
+ * shapes of many tiles, whose row tiles straddle the blocks of 2, 3, 4 and 8 ranks (and are taller
+ * than a block at W = 8): M = 1000, 777, 3000, 256; and with one rank's GEMM 30 ms late in every
+ * run (the delay hook), which its peers' sums must wait for. */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -20,6 +25,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "backends/matmul_reduce_scatter_fused.h"
 #include "core/numeric.h"
 #include "cpu/reference.h"
 #include "gpu_tests.h"
@@ -45,6 +51,7 @@ typedef struct {
     mr_shape sh;
     const char *backend;
     int nranks;
+    int late_rank, late_ms;        /* fused: this rank's GEMM starts late_ms late (-1: none) */
     uint16_t *a[2][AGMM_MAX_RANKS], *b[2][AGMM_MAX_RANKS]; /* [0]: small integers, [1]: uniform */
     uint16_t *exact;               /* M x N: the integer sum rounded to bf16 */
     double *isum;                  /* M x N: the integer sum */
@@ -99,6 +106,8 @@ static agmm_status mr_rank(agmm_ctx *ctx, void *arg)
                                              .backend = j->backend};
         RANK_AGMM(res, ctx, agmm_plan_matmul_reduce_scatter(&plan, ctx, &d));
     }
+    if (rank == j->late_rank)
+        RANK_AGMM(res, ctx, agmm_mr_fused_set_delay(plan, (int64_t)j->late_ms * 1000000, 0));
     for (int run = 0; run < RUNS; run++) {
         const int v = run == 0 ? 0 : 1;
         const void *a = (char *)d_a + (size_t)v * a_bytes, *b = (char *)d_b + (size_t)v * b_bytes;
@@ -206,21 +215,27 @@ static void check_job(const mr_job *j, char *why, size_t len)
         snprintf(why, len, "uniform inputs: rel_fro %.2e > %.0e", worst, TOL);
 }
 
-static void run_world(agmm_world *w, int nranks, const char *label)
+/* Every backend of the table the world offers (or only `only`) on every shape; late_rank as in
+ * mr_job. */
+static void run_shapes(agmm_world *w, int nranks, const char *label, const mr_shape *list, size_t count,
+                       const char *only, int late_rank)
 {
     const agmm_op ops[2] = {AGMM_OP_MATMUL_REDUCE_SCATTER, AGMM_OP_MATMUL_ALL_REDUCE};
     for (int o = 0; o < 2; o++)
-        for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
+        for (size_t si = 0; si < count; si++)
             for (int bi = 0; agmm_backend_name(ops[o], bi) != NULL; bi++) {
                 const char *name = agmm_backend_name(ops[o], bi);
                 char why[512] = "";
+                if (only && (ops[o] != AGMM_OP_MATMUL_REDUCE_SCATTER || strcmp(name, only) != 0))
+                    continue;
                 if (!agmm_backend_available(w, ops[o], name, why, sizeof why)) {
                     if (si == 0)
                         printf("  %s %s/%s: %s\n", label, agmm_op_name(ops[o]), name, why);
                     continue;
                 }
                 mr_job *j = calloc(1, sizeof *j);
-                j->op = ops[o], j->sh = shapes[si], j->backend = name, j->nranks = nranks;
+                j->op = ops[o], j->sh = list[si], j->backend = name, j->nranks = nranks;
+                j->late_rank = late_rank, j->late_ms = 30;
                 int ok = make_inputs(j, 31 * si + (uint64_t)nranks);
                 agmm_status st = ok ? agmm_world_run(w, mr_rank, j) : AGMM_ERR_NO_MEMORY;
                 int ran = st == AGMM_SUCCESS;
@@ -232,15 +247,21 @@ static void run_world(agmm_world *w, int nranks, const char *label)
                 else if (!why[0])
                     snprintf(why, sizeof why, "%s", agmm_status_str(st));
                 agmm_check(ran && !why[0],
-                           "%s %s/%s W=%d M=%lld N=%lld K=%lld B=%s: exact on small integers, rel_fro <= 1e-2 and "
+                           "%s %s/%s W=%d M=%lld N=%lld K=%lld B=%s%s: exact on small integers, rel_fro <= 1e-2 and "
                            "repeatable bits on uniform%s%s%s",
                            label, agmm_op_name(ops[o]), name, nranks, (long long)j->sh.m, (long long)j->sh.n,
                            (long long)j->sh.k, j->sh.layout == AGMM_LAYOUT_ROW_MAJOR ? "row" : "col",
+                           late_rank >= 0 ? ", rank 1's GEMM 30 ms late" : "",
                            ops[o] == AGMM_OP_MATMUL_ALL_REDUCE ? ", every rank the same S" : "", why[0] ? ": " : "",
                            why);
                 free_inputs(j);
                 free(j);
             }
+}
+
+static void run_world(agmm_world *w, int nranks, const char *label)
+{
+    run_shapes(w, nranks, label, shapes, sizeof shapes / sizeof *shapes, NULL, -1);
 }
 
 void test_matmul_reduce_gpu(void)
@@ -255,6 +276,31 @@ void test_matmul_reduce_gpu(void)
         if ((w = gpu_test_world(AGMM_WORLD_EMULATED, emulated[i], 0)) == NULL)
             continue;
         run_world(w, emulated[i], "emulated");
+        agmm_world_destroy(w);
+    }
+}
+
+void test_matmul_reduce_fused(void)
+{
+    static const mr_shape tiled[] = {
+        {1000, 520, 136, AGMM_LAYOUT_COL_MAJOR},
+        {777, 264, 256, AGMM_LAYOUT_ROW_MAJOR},
+        {3000, 136, 64, AGMM_LAYOUT_COL_MAJOR},
+        {256, 1000, 72, AGMM_LAYOUT_COL_MAJOR},
+    };
+    const size_t count = sizeof tiled / sizeof *tiled;
+    agmm_world *w = gpu_test_world(AGMM_WORLD_GPU, 1, 0);
+    if (w) {
+        run_shapes(w, 1, "W=1 (GPU world)", tiled, count, "fused", -1);
+        agmm_world_destroy(w);
+    }
+    const int emulated[] = {2, 3, 4, 8};
+    for (size_t i = 0; i < sizeof emulated / sizeof *emulated; i++) {
+        if ((w = gpu_test_world(AGMM_WORLD_EMULATED, emulated[i], 0)) == NULL)
+            continue;
+        run_shapes(w, emulated[i], "emulated", tiled, count, "fused", -1);
+        if (emulated[i] == 3)
+            run_shapes(w, 3, "emulated", tiled, 1, "fused", 1);
         agmm_world_destroy(w);
     }
 }
@@ -350,6 +396,7 @@ void test_matmul_reduce_timeout(void)
         const char *backend;
     } cases[] = {{AGMM_OP_MATMUL_REDUCE_SCATTER, "ce"},
                  {AGMM_OP_MATMUL_REDUCE_SCATTER, "one_shot"},
+                 {AGMM_OP_MATMUL_REDUCE_SCATTER, "fused"},
                  {AGMM_OP_MATMUL_ALL_REDUCE, "one_shot"},
                  {AGMM_OP_MATMUL_ALL_REDUCE, "two_shot"}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {

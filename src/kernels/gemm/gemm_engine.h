@@ -38,6 +38,16 @@ enum { AGMM_PULL_READY = 0, AGMM_PULL_DONE = 1 };
 /* Pull mode: how many distinct sets of shard pointers a plan keeps the maps of (set_peers). */
 #define AGMM_GEMM_MAP_SLOTS 16
 
+/* Scatter mode (agmm_gemm_desc.scatter): where the partial's rows go and the signals that say so. */
+typedef struct {
+    int on;                     /* 1: scatter mode */
+    void *const *slots;         /* device table [nranks]: rank q's nranks slots, slot_bytes apart (slot p:
+                                 * rank p's partial of q's rows, rows(q) x n bf16, row-major) */
+    uint32_t *const *signals;   /* device table [nranks]: rank q's signal words: tiles * nranks tile flags
+                                 * (word tile * nranks + src), then nranks done words; zero at plan time */
+    uint64_t slot_bytes;        /* a multiple of 16 */
+} agmm_gemm_scatter;
+
 typedef struct {
     /* Operands: device pointers, 16-byte aligned, caller-owned. May be NULL at plan time and
      * given later with agmm_gemm_plan_set_ptrs (before the first run). */
@@ -81,6 +91,17 @@ typedef struct {
      * dev_error and timeout_ns with nranks > 1. */
     int pull;
     uint32_t *const *signals;
+    /* Scatter mode (the fused matmul_reduce_scatter; epi_scatter.cuh has the protocol): C is not
+     * stored; each tile's rows go into slot `rank` of their owner's slots (the row split, R =
+     * ceil(m / nranks): row g belongs to rank g / R), a flag per (tile, rank) goes up at each other
+     * owner, and each owner sums its rows of a tile in rank order into c as they land. m is all M
+     * rows of A (this rank's A_r), nranks and rank are the world's, splits is 1, a_local NULL;
+     * tiles are visited in core/schedule.h's reduce-scatter order; c is this rank's rows of S
+     * (rows(rank) x n; any aligned pointer where it has none). The tile grid names the flags, so
+     * every rank must run the same config (tiles = agmm_gemm_grid_tiles). Epochs on the device,
+     * as pull's: a CUDA graph replays a run as a new one; every rank's plan must run the same
+     * runs. Needs dev_error and timeout_ns with nranks > 1; refuses split-tail configs. */
+    agmm_gemm_scatter scatter;
     int max_ctas;         /* SM budget for the persistent grid; 0: every SM of the device */
     int config;           /* tile config index (agmm_gemm_config_name), -1: the policy picks (the
                            * measured table of gemm_configs.h near a measured shape with the whole

@@ -19,6 +19,9 @@ typedef struct {
 extern const agmm_gemm_kernel agmm_gemm_kernels_plain_bcol[], agmm_gemm_kernels_plain_brow[];
 extern const agmm_gemm_kernel agmm_gemm_kernels_chunks_bcol[], agmm_gemm_kernels_chunks_brow[];
 extern const agmm_gemm_kernel agmm_gemm_kernels_peers_bcol[], agmm_gemm_kernels_peers_brow[];
+/* The scatter epilogue over the plain A source (inst_scatter_*.cu); {NULL, 0} at split-tail
+ * configs, which it does not take. */
+extern const agmm_gemm_kernel agmm_gemm_kernels_scatter_bcol[], agmm_gemm_kernels_scatter_brow[];
 
 #ifdef __cplusplus
 }

@@ -76,6 +76,17 @@ typedef struct {
     gemm_wait wait;
 } gemm_a_peers;
 
+/* The scatter epilogue's (epi_scatter.cuh: the fused matmul_reduce_scatter); the world's size,
+ * this rank and the row split are the schedule's (core.sched: nranks, rank, block_rows, m). */
+typedef struct {
+    void *const *slots;         /* [q]: rank q's W slots (slot p: rank p's partial of q's rows) */
+    uint32_t *const *signals;   /* [q]: rank q's tile flags [tile * W + src], then done words [tiles * W + owner] */
+    uint64_t slot_bytes;
+    uint32_t *epoch;            /* runs completed (the plan's device memory) */
+    uint32_t *close_ctr;        /* consumer warps done in this run (zero between runs) */
+    gemm_wait wait;
+} gemm_scatter;
+
 typedef struct {
     gemm_core core;
     union {
@@ -83,6 +94,7 @@ typedef struct {
         gemm_a_chunks chunks;
         gemm_a_peers peers;
     } a;
+    gemm_scatter scatter;       /* the scatter epilogue only */
 } gemm_params;
 
 /* Pull mode: one map slot's contents, the parameter of the kernel that fills the slot

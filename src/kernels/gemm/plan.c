@@ -14,6 +14,35 @@ static const agmm_gemm_kernel *const k_kernels[GEMM_A_SOURCES][2] = {
     [GEMM_A_CHUNKS] = {agmm_gemm_kernels_chunks_bcol, agmm_gemm_kernels_chunks_brow},
     [GEMM_A_PEERS] = {agmm_gemm_kernels_peers_bcol, agmm_gemm_kernels_peers_brow},
 };
+/* Scatter mode's (plain A, the scatter epilogue), by B layout. */
+static const agmm_gemm_kernel *const k_scatter[2] = {agmm_gemm_kernels_scatter_bcol, agmm_gemm_kernels_scatter_brow};
+
+/* Rows of the A the loads read: the gathered A's, or scatter mode's whole A_r. */
+static int64_t a_rows(const agmm_gemm_desc *d)
+{
+    return d->scatter.on ? d->m : d->nranks * d->m;
+}
+
+/* Scatter mode's own arguments (the common ones are checked by check_desc). */
+static agmm_status check_scatter(const agmm_gemm_desc *d, agmm_error *err)
+{
+    const agmm_gemm_scatter *sc = &d->scatter;
+    if (d->splits != 1 || d->pull || d->chunk_flags || d->a_local)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
+                         "gemm engine: scatter mode takes splits=1 and no pull mode, chunk_flags or a_local (splits=%d "
+                         "pull=%d chunk_flags=%p a_local=%p)",
+                         d->splits, d->pull, (void *)d->chunk_flags, d->a_local);
+    if (d->nranks > AGMM_MAX_RANKS)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "gemm engine: scatter mode: nranks=%d: at most %d ranks",
+                         d->nranks, AGMM_MAX_RANKS);
+    if (d->nranks > 1 && (!sc->slots || !sc->signals || sc->slot_bytes % 16 != 0 ||
+                          sc->slot_bytes < (uint64_t)((d->m + d->nranks - 1) / d->nranks * d->n) * 2))
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
+                         "gemm engine: scatter mode with %d ranks needs the slots and signals tables and slot_bytes a "
+                         "multiple of 16 holding R x n bf16 (slots=%p signals=%p slot_bytes=%llu)",
+                         d->nranks, (void *)sc->slots, (void *)sc->signals, (unsigned long long)sc->slot_bytes);
+    return AGMM_SUCCESS;
+}
 
 /* Every argument the engine takes from its caller, checked before anything is allocated; each
  * message names the argument and what is allowed. */
@@ -41,10 +70,15 @@ static agmm_status check_desc(const agmm_gemm_desc *d, agmm_error *err)
         return AGMM_FAIL(err, AGMM_ERR_UNSUPPORTED,
                          "gemm engine: N=%lld: a row-major B needs N %% 8 == 0 (16-byte rows for TMA)",
                          (long long)d->n);
-    if (d->nranks * d->m > INT32_MAX || d->n > INT32_MAX || d->k > INT32_MAX)
+    if (a_rows(d) > INT32_MAX || d->n > INT32_MAX || d->k > INT32_MAX)
         return AGMM_FAIL(err, AGMM_ERR_UNSUPPORTED,
-                         "gemm engine: nranks*m=%lld, n=%lld, k=%lld: dimensions past 2^31 are not supported",
-                         (long long)(d->nranks * d->m), (long long)d->n, (long long)d->k);
+                         "gemm engine: rows of A=%lld, n=%lld, k=%lld: dimensions past 2^31 are not supported",
+                         (long long)a_rows(d), (long long)d->n, (long long)d->k);
+    if (d->scatter.on) {
+        agmm_status st = check_scatter(d, err);
+        if (st != AGMM_SUCCESS)
+            return st;
+    }
     if (d->pull && (d->chunk_flags || d->nranks > AGMM_MAX_RANKS))
         return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
                          "gemm engine: pull mode takes no chunk_flags and at most %d ranks (chunk_flags=%p, nranks=%d)",
@@ -52,18 +86,20 @@ static agmm_status check_desc(const agmm_gemm_desc *d, agmm_error *err)
     if (d->pull && d->nranks > 1 && !d->signals)
         return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "gemm engine: pull mode with %d ranks needs the signals table",
                          d->nranks);
-    /* The waits: chunk flags, or pull's ready words and closing barrier. */
-    const int waits = d->chunk_flags || (d->pull && d->nranks > 1);
+    /* The waits: chunk flags, pull's ready words and closing barrier, or scatter mode's flags. */
+    const int waits = d->chunk_flags || ((d->pull || d->scatter.on) && d->nranks > 1);
+    const char *what = d->chunk_flags ? "chunk flags"
+                       : d->pull      ? "pull mode's ready words and closing barrier"
+                                      : "scatter mode's tile flags and free slots";
     if (waits && !d->dev_error)
         return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
-                         "gemm engine: dev_error is NULL: %s wait%s, and an expired wait is recorded there",
-                         d->chunk_flags ? "chunk flags" : "pull mode's peers",
-                         d->chunk_flags ? "" : " for their shards");
+                         "gemm engine: dev_error is NULL: %s wait for peers, and an expired wait is recorded there",
+                         what);
     if (waits && d->timeout_ns == 0)
         return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
                          "gemm engine: timeout_ns=0: %s wait for peers, bounded by the world's timeout (> 0); the "
                          "engine has no default",
-                         d->chunk_flags ? "chunk flags" : "pull mode's ready words and closing barrier");
+                         what);
     if (d->config < -1 || d->config >= agmm_gemm_num_configs())
         return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
                          "gemm engine: config=%d: not a tile config (0..%d, or -1: the policy chooses)", d->config,
@@ -121,8 +157,8 @@ agmm_status agmm_gemm_plan_set_ptrs(agmm_gemm_plan *pl, const void *a, const voi
     if (a && a != d->a) {
         /* Pull mode stores to the gathered A, one shard's block at a time. */
         if (plain)
-            AGMM_TRY(st, agmm_gemm_tma_matrix(pl, &plain->map_a, a, (uint64_t)d->k, (uint64_t)(d->nranks * d->m),
-                                              GEMM_BK, bm, "A", err));
+            AGMM_TRY(st, agmm_gemm_tma_matrix(pl, &plain->map_a, a, (uint64_t)d->k, (uint64_t)a_rows(d), GEMM_BK, bm,
+                                              "A", err));
         else
             AGMM_TRY(st, agmm_gemm_tma_blocks(pl, &pl->params.a.peers.map_store, a, (uint64_t)d->k, (uint64_t)d->m,
                                               (uint64_t)d->nranks, GEMM_BK, bm, "gathered A (store)", err));
@@ -186,6 +222,31 @@ fail:
     return st;
 }
 
+/* Scatter mode: the reduce-scatter visit of the world's row split, and the epilogue's parameters
+ * with its epoch word and closing counter (device memory, zero). */
+static agmm_status scatter_create(agmm_gemm_plan *pl, agmm_error *err)
+{
+    agmm_status st = AGMM_SUCCESS;
+    const agmm_gemm_desc *d = &pl->desc;
+    agmm_sched *s = &pl->params.core.sched;
+    gemm_scatter *x = &pl->params.scatter;
+    s->nranks = d->nranks;
+    s->rank = d->rank;
+    s->block_rows = (d->m + d->nranks - 1) / d->nranks;
+    agmm_sched_init(s);
+    AGMM_CUDA_TRY(st, err, cudaMalloc(&pl->scatter_dev, 2 * sizeof(uint32_t)));
+    AGMM_CUDA_TRY(st, err, cudaMemset(pl->scatter_dev, 0, 2 * sizeof(uint32_t)));
+    x->slots = d->scatter.slots;
+    x->signals = d->scatter.signals;
+    x->slot_bytes = d->scatter.slot_bytes;
+    x->epoch = (uint32_t *)pl->scatter_dev;
+    x->close_ctr = x->epoch + 1;
+    x->wait.err = d->dev_error;
+    x->wait.timeout_ns = d->timeout_ns;
+fail:
+    return st;
+}
+
 /* Cluster pairs: an even grid, no more pairs than can be resident at once (a persistent CTA
  * that waits for a free SM would only add a tail). */
 static agmm_status pair_grid(agmm_gemm_plan *pl, int budget, agmm_error *err)
@@ -225,10 +286,20 @@ agmm_status agmm_gemm_plan_create(agmm_gemm_plan **out, const agmm_gemm_desc *d,
     AGMM_TRY(st, agmm_gemm_tma_init(pl, err));
 
     const int budget = d->max_ctas > 0 && d->max_ctas < sms ? d->max_ctas : sms;
-    const agmm_gemm_problem pb = {.m = d->m, .n = d->n, .k = d->k, .nranks = d->nranks, .rank = d->rank,
-                                  .splits = d->splits, .ctas = budget, .sms = sms};
-    const int config = d->config >= 0 ? d->config : agmm_gemm_policy_choose(&pb);
+    /* Scatter mode's GEMM is a plain one of all m rows (its visit only reorders the tiles). */
+    const int sc = d->scatter.on;
+    const agmm_gemm_problem pb = {.m = d->m, .n = d->n, .k = d->k, .nranks = sc ? 1 : d->nranks,
+                                  .rank = sc ? 0 : d->rank, .splits = d->splits, .ctas = budget, .sms = sms};
+    const int config = d->config >= 0 ? d->config : sc ? agmm_gemm_whole_tiles(agmm_gemm_policy_choose(&pb))
+                                                       : agmm_gemm_policy_choose(&pb);
     pl->config = agmm_gemm_config_at(config);
+    if (sc && pl->config->sk) {
+        st = AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
+                       "gemm engine: config=%d (%s): scatter mode stores whole tiles, not a split tail (config %d is "
+                       "the same tile without)",
+                       config, pl->config->name, agmm_gemm_whole_tiles(config));
+        goto fail;
+    }
     if (pl->config->cluster == 2 && budget < 2) {
         st = AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "gemm engine: config %s needs at least 2 CTAs (max_ctas=%d)",
                        pl->config->name, d->max_ctas);
@@ -236,7 +307,7 @@ agmm_status agmm_gemm_plan_create(agmm_gemm_plan **out, const agmm_gemm_desc *d,
     }
     pl->source = d->pull ? GEMM_A_PEERS : d->chunk_flags ? GEMM_A_CHUNKS : GEMM_A_PLAIN;
     const int b_mn = d->b_layout == AGMM_LAYOUT_ROW_MAJOR;
-    pl->kernel = &k_kernels[pl->source][b_mn][config];
+    pl->kernel = sc ? &k_scatter[b_mn][config] : &k_kernels[pl->source][b_mn][config];
     AGMM_CUDA_TRY(st, err,
                   cudaFuncSetAttribute(pl->kernel->fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)pl->kernel->smem_bytes));
@@ -254,6 +325,8 @@ agmm_status agmm_gemm_plan_create(agmm_gemm_plan **out, const agmm_gemm_desc *d,
     }
     gemm_core *p = &pl->params.core;
     agmm_gemm_sched_fill(&p->sched, &pb, pl->config);
+    if (sc)
+        AGMM_TRY(st, scatter_create(pl, err));
     pl->tiles = agmm_sched_num_tiles(&p->sched);
     p->n = d->n;
     p->k_blocks = (int)((d->k + GEMM_BK - 1) / GEMM_BK);
@@ -268,7 +341,7 @@ agmm_status agmm_gemm_plan_create(agmm_gemm_plan **out, const agmm_gemm_desc *d,
         AGMM_TRY(st, pair_grid(pl, budget, err));
     AGMM_TRY(st, agmm_gemm_plan_set_ptrs(pl, d->a, d->a_local, d->b, d->c, err));
     snprintf(pl->name, sizeof pl->name, "%s%s ctas=%d tiles=%lld%s%s", pl->config->name, b_mn ? " B-row" : "",
-             pl->ctas, (long long)pl->tiles, split, d->pull ? " pull" : "");
+             pl->ctas, (long long)pl->tiles, split, d->pull ? " pull" : sc ? " scatter" : "");
     *out = pl;
     return AGMM_SUCCESS;
 fail:
@@ -306,6 +379,7 @@ void agmm_gemm_plan_destroy(agmm_gemm_plan *pl)
         return;
     cudaFree(pl->sk_ws);
     cudaFree(pl->pull_dev);
+    cudaFree(pl->scatter_dev);
     free(pl);
 }
 

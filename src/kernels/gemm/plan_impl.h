@@ -27,6 +27,7 @@ struct agmm_gemm_plan {
     int ctas;
     int64_t tiles;
     void *sk_ws;               /* split-tail workspace: partials, then counters (one allocation) */
+    void *scatter_dev;         /* scatter mode: the epoch word and the closing counter, zero at first */
     /* Pull mode (pull_maps.c): one device allocation of AGMM_GEMM_MAP_SLOTS sets of nranks maps,
      * then the closing barrier's CTA counter and the epoch word. Per slot: the shard pointers its
      * maps are made from (slot_ptr[s][0] == NULL: empty), the use that last chose it (the least

@@ -103,6 +103,24 @@ int agmm_gemm_policy_choose(const agmm_gemm_problem *pb)
     return c >= 0 ? c : agmm_gemm_policy_model(pb);
 }
 
+int agmm_gemm_whole_tiles(int config)
+{
+    const agmm_gemm_config *c = agmm_gemm_config_at(config);
+    for (int i = 0; c && c->sk && i < NUM_CONFIGS; i++) {
+        const agmm_gemm_config *o = &k_configs[i];
+        if (!o->sk && o->bm == c->bm && o->bn == c->bn && o->stages == c->stages && o->wgn == c->wgn &&
+            o->cluster == c->cluster)
+            return i;
+    }
+    return config;
+}
+
+int64_t agmm_gemm_grid_tiles(int config, int64_t m, int64_t n)
+{
+    const agmm_gemm_config *c = agmm_gemm_config_at(config);
+    return c ? (m + c->bm - 1) / c->bm * ((n + c->bn - 1) / c->bn) : 0;
+}
+
 /* Cutting the last r + j*ctas tiles (r = tiles % ctas, j = 0 or 1) into s pieces turns j + 1
  * rounds of whole tiles into ceil((r + j*ctas) * s / ctas) rounds of ceil(KB/s) K blocks, plus
  * the fix-up (the last piece writes its partials and reads all s back: modelled as 1 + s K blocks,

@@ -52,6 +52,12 @@ int agmm_gemm_policy_measured(const agmm_gemm_problem *pb);
 /* The policy: measured, else the model. */
 int agmm_gemm_policy_choose(const agmm_gemm_problem *pb);
 
+/* The config with `config`'s tile and ring but no split tail: itself when it has none (the scatter
+ * epilogue stores whole tiles only). */
+int agmm_gemm_whole_tiles(int config);
+/* Tiles of an m x n output in config's tiles (the scatter mode's flags are per tile). */
+int64_t agmm_gemm_grid_tiles(int config, int64_t m, int64_t n);
+
 /* Split-tail configs: which tiles of the last waves to cut into how many K pieces. On return,
  * tiles [*first, tiles) are cut into *split pieces each; *first = tiles and *split = 1: none. */
 void agmm_gemm_plan_split_tail(int64_t tiles, int ctas, int k_blocks, int64_t *first, int *split);

@@ -1,0 +1,19 @@
+/* The body of the inst_scatter_*.cu files: the kernel table row (kernels.h) of the scatter
+ * epilogue (epi_scatter.cuh: the fused matmul_reduce_scatter) over the plain A source, for the B
+ * layout GEMM_INST_B_MN, under the name GEMM_INST_TABLE. A split-tail config's entry is {NULL, 0}:
+ * the epilogue stores whole tiles only, and the plan refuses those configs in scatter mode. */
+#include "kernels/gemm/epi_scatter.cuh"
+#include "kernels/gemm/gemm_configs.h"
+#include "kernels/gemm/kernel.cuh"
+#include "kernels/gemm/kernels.h"
+
+#define GEMM_SCATTER_CFG(bm, bn, st, wgn, cl) gemm_cfg<bm, bn, st, wgn, GEMM_INST_B_MN, cl, 0>
+#define GEMM_SCATTER_ROW_SK0(bm, bn, st, wgn, cl)                                                             \
+    {(const void *)gemm_ws_kernel<GEMM_SCATTER_CFG(bm, bn, st, wgn, cl), a_plain<GEMM_SCATTER_CFG(bm, bn, st, wgn, cl)>, \
+                                  epi_scatter<GEMM_SCATTER_CFG(bm, bn, st, wgn, cl)>>,                         \
+     smem_layout<GEMM_SCATTER_CFG(bm, bn, st, wgn, cl), epi_scatter<GEMM_SCATTER_CFG(bm, bn, st, wgn, cl)>>::total},
+#define GEMM_SCATTER_ROW_SK1(bm, bn, st, wgn, cl) {NULL, 0},
+#define GEMM_SCATTER_ROW_SK(sk) GEMM_SCATTER_ROW_SK##sk
+#define GEMM_SCATTER_ROW(bm, bn, st, wgn, cl, sk, pick, eff, name) GEMM_SCATTER_ROW_SK(sk)(bm, bn, st, wgn, cl)
+
+const agmm_gemm_kernel GEMM_INST_TABLE[] = {AGMM_GEMM_CONFIGS(GEMM_SCATTER_ROW)};
