@@ -211,6 +211,19 @@ const char *agmm_last_error(const agmm_ctx *ctx);
  * (unless borrowed) and the world is unusable; so time a long queue of runs against it. */
 agmm_status agmm_ctx_sync(agmm_ctx *ctx);
 
+/* Marks this rank busy with work of its own between collective calls (loading weights, writing a
+ * checkpoint, checking a result, timing something alone), `what` saying what (a short text;
+ * copied). Until agmm_ctx_busy_end, peers waiting for this rank in the host-side steps of
+ * collective calls (context, plan and symmetric-memory creation, and their agreements) see it
+ * alive and busy and wait for it without the world's timeout; a whole timeout starts when the
+ * spell ends. A busy process that dies is still reported within the timeout (a world of
+ * processes on one host watches its peers' processes). Not covered: the waits inside a run (its
+ * barriers and flags keep their bound, so finish solo work before the peers start a run with this
+ * rank), and worlds spanning hosts (peers there cannot see it). Spells nest; only the outermost
+ * shows. Local. Statuses: AGMM_ERR_INVALID_ARG (ctx NULL; an end without a begin). */
+agmm_status agmm_ctx_busy_begin(agmm_ctx *ctx, const char *what);
+agmm_status agmm_ctx_busy_end(agmm_ctx *ctx);
+
 /* Runs fn(ctx_of_rank, arg) on one thread per local rank, after creating each rank's context,
  * and returns the first non-success status; fn runs only once every rank has its context.
  * A convenience for one-process worlds. */

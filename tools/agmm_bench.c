@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "bench_progress.h"
 #include "bench_sync.h"
 
 static const char *const usage_head =
@@ -529,7 +530,10 @@ int main(int argc, char **argv)
         return 1;
     }
     proc_run run = {&res, 0};
+    if (lead && bench_progress_start(&res) != 0)
+        fprintf(stderr, "%s: cannot start the progress thread: long rows will not say what they do\n", who);
     st = launch_rank >= 0 ? agmm_world_run(world, proc_rank_main, &run) : agmm_world_run(world, bench_rank_main, &res);
+    bench_progress_stop(&res);
     if (st != AGMM_SUCCESS)
         fprintf(stderr, "%s: a rank failed: %s\n", who, agmm_status_str(st));
     if (lead)

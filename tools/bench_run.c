@@ -1,12 +1,18 @@
 /* The sweep one rank runs: for every row and backend, plan, fill fresh random inputs, poison
  * the outputs, run once and check, then warm up and time (docs/design.md, "Benchmark method").
- * Every rank runs the same sequence, so the collective calls line up. */
+ * Every rank runs the same sequence, so the collective calls line up.
+ *
+ * Work a rank does alone (allocating, filling, downloading and checking, rank 0's plain GEMM) is
+ * a busy spell (agmm_ctx_busy_begin): peers that reach the next meeting first wait for it without
+ * the timeout, which bounds only a peer that stopped coming, however long a row's own work is.
+ * Rank 0 also names each phase for the progress lines of long rows (bench_progress.h). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bench.h"
 #include "bench_mem.h"
+#include "bench_progress.h"
 #include "bench_sync.h"
 
 /* Tolerances: bf16 outputs carry ~2^-9 relative rounding; fp32 sums only reordering. */
@@ -132,6 +138,22 @@ static void record_check(cell_job *j, double err, int exact)
 
 static const char *why(cell_job *j, const char *fallback);
 
+/* Rank 0: what the cell does now, for the progress lines. */
+static void phase(cell_job *j, const char *what)
+{
+    if (j->rank == 0)
+        bench_progress_phase(j->res, j->res->backends[j->bi], what);
+}
+
+/* Work this rank does alone, up to solo_end: no meeting may start inside it. */
+static void solo_begin(cell_job *j, const char *what)
+{
+    agmm_ctx_busy_begin(j->ctx, what);
+    phase(j, what);
+}
+
+static void solo_end(cell_job *j) { agmm_ctx_busy_end(j->ctx); }
+
 /* The auto column's plan: what it chose (rank 0's record; every rank chose alike). */
 static void note_auto(cell_job *j, const agmm_plan *plan)
 {
@@ -170,6 +192,8 @@ static int time_calls(cell_job *j, cell_call call, agmm_plan *plan, const void *
 {
     const bench_options *o = &j->res->opt;
     bench_dev *dev = j->dev;
+    if (go)
+        phase(j, call == call_run ? "warming up and timing runs" : "warming up and timing graph replays");
     for (int i = 0; go && i < o->warmup; i++)
         if (call(j, plan, io, exec) != 0)
             go = cell_fail(j, CELL_ERROR, why(j, "warm-up run failed"));
@@ -219,6 +243,8 @@ typedef struct {
                           be added in another order by NCCL inside a graph) */
 } cell_output;
 
+static int compare_replay(cell_job *j, const cell_output *outs, int nouts);
+
 /* One replay with the outputs poisoned first; 1 if it reproduces the eager run, else the cell fails. */
 static int replay_matches(cell_job *j, void *exec, const cell_output *outs, int nouts)
 {
@@ -228,6 +254,16 @@ static int replay_matches(cell_job *j, void *exec, const cell_output *outs, int 
         ok = bench_poison_bf16(dev, outs[i].dev, outs[i].count * agmm_dtype_bytes(outs[i].dtype) / 2) == 0;
     if (!ok || bench_graph_launch(dev, exec) != 0 || bench_sync(dev) != 0 || agmm_ctx_sync(j->ctx) != AGMM_SUCCESS)
         return cell_fail(j, CELL_ERROR, why(j, "graph replay failed"));
+    solo_begin(j, "checking a graph replay against the run");
+    ok = compare_replay(j, outs, nouts);
+    solo_end(j);
+    return ok;
+}
+
+/* The replay's outputs (on the device) against the eager run's (on the host). */
+static int compare_replay(cell_job *j, const cell_output *outs, int nouts)
+{
+    bench_dev *dev = j->dev;
     for (int i = 0; i < nouts; i++) {
         size_t es = agmm_dtype_bytes(outs[i].dtype);
         void *got = malloc(outs[i].count * es);
@@ -271,6 +307,7 @@ static void time_graph(cell_job *j, agmm_plan *plan, const void *io, const cell_
     void *exec = NULL;
     if (!go || !dev->gpu)
         return;
+    phase(j, "capturing a CUDA graph");
     if (bench_graph_begin(dev) != 0) {
         cell_fail(j, CELL_ERROR, dev->err);
     } else {
@@ -312,10 +349,12 @@ static void run_ag_matmul(cell_job *j)
     void *db = NULL, *dag = NULL, *dc = NULL;
     bench_dev *dev = j->dev;
     /* A rank whose plan failed still walks the whole cell, so every rank meets the same barriers. */
+    phase(j, "planning");
     agmm_status st = agmm_plan_ag_matmul(&plan, j->ctx, &desc);
     int ok = st == AGMM_SUCCESS;
     if (!ok)
         cell_fail(j, st == AGMM_ERR_UNSUPPORTED ? CELL_SKIPPED : CELL_ERROR, why(j, agmm_status_str(st)));
+    solo_begin(j, "allocating and filling inputs");
     if (ok) {
         note_auto(j, plan);
         ha = malloc((size_t)(m * k) * 2);
@@ -337,14 +376,18 @@ static void run_ag_matmul(cell_job *j)
             bench_poison_bf16(dev, dc, (size_t)(rows * n)) || bench_sync(dev))
             ok = cell_fail(j, CELL_ERROR, dev->err);
     }
+    solo_end(j);
     /* Every rank reaches the same barriers whatever failed, so nobody is left waiting; the
      * agreement also orders every rank's shard upload before anyone runs. */
     agmm_ag_matmul_io io = {.b = db, .a_gathered = dag, .c = dc};
     ok = cell_agreed_ok(j);
+    if (ok)
+        phase(j, "running once");
     if (ok &&
         (agmm_ag_matmul(plan, &io, dev->stream) != AGMM_SUCCESS || agmm_ctx_sync(j->ctx) != AGMM_SUCCESS ||
          bench_sync(dev) != 0))
         ok = cell_fail(j, CELL_ERROR, why(j, "run failed"));
+    solo_begin(j, "checking against the fp64 reference");
     if (ok && cell_ok(j) &&
         (bench_download(dev, hag, dag, (size_t)(rows * k) * 2) || bench_download(dev, hc, dc, (size_t)(rows * n) * 2)))
         ok = cell_fail(j, CELL_ERROR, dev->err);
@@ -365,6 +408,7 @@ static void run_ag_matmul(cell_job *j)
             cell_fail(j, CELL_WRONG, what);
         }
     }
+    solo_end(j);
     time_plan(j, plan, &io, cell_agreed_ok(j) && !o->check_only);
     const cell_output outs[2] = {{dag, hag, (size_t)(rows * k), AGMM_DTYPE_BF16, 1},
                                  {dc, hc, (size_t)(rows * n), AGMM_DTYPE_BF16, 0}};
@@ -391,10 +435,12 @@ static void run_all_reduce(cell_job *j)
     float *acc = NULL, *tmp = NULL;
     bench_dev *dev = j->dev;
     /* A rank whose plan failed still walks the whole cell, so every rank meets the same barriers. */
+    phase(j, "planning");
     agmm_status st = agmm_plan_all_reduce(&plan, j->ctx, &desc);
     int ok = st == AGMM_SUCCESS;
     if (!ok)
         cell_fail(j, st == AGMM_ERR_UNSUPPORTED ? CELL_SKIPPED : CELL_ERROR, why(j, agmm_status_str(st)));
+    solo_begin(j, "allocating and filling inputs and the reference");
     if (ok) {
         note_auto(j, plan);
         hin = malloc((size_t)n * esz);
@@ -425,12 +471,18 @@ static void run_all_reduce(cell_job *j)
             bench_poison_bf16(dev, dout, (size_t)n * esz / 2) || bench_sync(dev))
             ok = cell_fail(j, CELL_ERROR, dev->err);
     }
+    solo_end(j);
     agmm_all_reduce_io io = {.out = dout};
     ok = cell_agreed_ok(j);
+    if (ok)
+        phase(j, "running once");
     if (ok &&
         (agmm_all_reduce(plan, &io, dev->stream) != AGMM_SUCCESS || agmm_ctx_sync(j->ctx) != AGMM_SUCCESS ||
-         bench_sync(dev) != 0 || bench_download(dev, hout, dout, (size_t)n * esz)))
+         bench_sync(dev) != 0))
         ok = cell_fail(j, CELL_ERROR, why(j, "run failed"));
+    solo_begin(j, "checking against the reference");
+    if (ok && cell_ok(j) && bench_download(dev, hout, dout, (size_t)n * esz))
+        ok = cell_fail(j, CELL_ERROR, dev->err);
     if (ok && cell_ok(j)) {
         double num = 0, den = 0;
         int nan_seen = 0;
@@ -451,6 +503,7 @@ static void run_all_reduce(cell_job *j)
             cell_fail(j, CELL_WRONG, what);
         }
     }
+    solo_end(j);
     time_plan(j, plan, &io, cell_agreed_ok(j) && !o->check_only);
     const cell_output outs[1] = {{dout, hout, (size_t)n, o->dtype, 0}};
     time_graph(j, plan, &io, outs, 1, o->graph && cell_agreed_ok(j));
@@ -513,12 +566,26 @@ static int row_fits(cell_job *j)
     return ok;
 }
 
+/* After the world failed: every cell the sweep never reached says why it was not run. */
+static void mark_not_run(bench_results *res)
+{
+    for (int i = 0; i < res->nrows; i++)
+        for (int b = 0; b < res->nbackends; b++) {
+            bench_cell *cell = &res->rows[i].cell[b];
+            if (cell->state == CELL_EMPTY && !cell->note[0])
+                agmm_format(cell->note, sizeof cell->note, "the sweep stopped when the world failed: %s",
+                            res->world_why);
+        }
+}
+
 agmm_status bench_rank_main(agmm_ctx *ctx, void *arg)
 {
     bench_results *res = arg;
     bench_dev dev;
     int timed = res->opt.iters > 0 ? res->opt.iters : 1;
+    agmm_ctx_busy_begin(ctx, "setting up its device");
     int init_ok = bench_dev_init(&dev, ctx, res->opt.flush, timed) == 0;
+    agmm_ctx_busy_end(ctx);
     if (!init_ok)
         fprintf(stderr, "agmm-bench: rank %d: %s\n", agmm_ctx_rank(ctx), dev.err);
     /* If any rank cannot run, none does: the others would wait for it at the first barrier. */
@@ -528,17 +595,23 @@ agmm_status bench_rank_main(agmm_ctx *ctx, void *arg)
     }
     cell_job j = {ctx, res, &dev, agmm_ctx_rank(ctx), res->nranks, 0, 0};
     for (j.row = 0; j.row < res->nrows && !res->world_failed; j.row++) {
+        if (j.rank == 0)
+            bench_progress_row(res, j.row);
         if (!row_fits(&j)) {
             if (j.rank == 0)
-                bench_progress(res, j.row);
+                bench_progress_done(res, j.row);
             continue;
         }
         if (res->opt.op == AGMM_OP_AG_MATMUL && res->opt.check_only == 0) {
             bench_row *row = &res->rows[j.row];
-            if (j.rank == 0)
+            if (j.rank == 0) {
+                /* Rank 0's alone: the others wait for it at the barrier below, without the bound. */
+                agmm_ctx_busy_begin(ctx, "timing the plain GEMM");
+                bench_progress_phase(res, NULL, "timing the plain GEMM");
                 bench_time_plain_gemm(&dev, ctx, (int64_t)res->nranks * row->m, row->n, row->k, res->opt.b_layout,
                                       res->opt.warmup, res->opt.iters, &row->gemm_us, &row->engine_us);
-            /* The others wait here, not inside a plan's bounded rendezvous. */
+                agmm_ctx_busy_end(ctx);
+            }
             bench_sync_barrier(res);
         }
         for (j.bi = 0; j.bi < res->nbackends && !res->world_failed; j.bi++) {
@@ -551,8 +624,10 @@ agmm_status bench_rank_main(agmm_ctx *ctx, void *arg)
             bench_sync_barrier(res);
         }
         if (j.rank == 0)
-            bench_progress(res, j.row);
+            bench_progress_done(res, j.row);
     }
+    if (res->world_failed)
+        mark_not_run(res);
     bench_dev_fini(&dev);
     return AGMM_SUCCESS;
 }
