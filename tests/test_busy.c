@@ -93,8 +93,8 @@ void test_busy_threads(void)
         ok &= b.st[r] == AGMM_ERR_TIMEOUT && strstr(b.msg[r], "rank 0 never arrived") && b.took_s[r] >= lo &&
               b.took_s[r] <= hi;
     agmm_check(ok,
-               "busy threads: rank 0 busy %.1f s, then away %.1f s not busy: ranks 1, 2 time out naming it %.2f, %.2f s "
-               "after the start (a whole timeout after the spell: %.2f..%.2f s): \"%s\"",
+               "busy threads: rank 0 busy %.1f s, then away %.1f s not busy: ranks 1, 2 time out naming it %.2f, "
+               "%.2f s after the start (a whole timeout after the spell: %.2f..%.2f s): \"%s\"",
                b.busy_s, b.idle_s, b.took_s[1], b.took_s[2], lo, hi, b.msg[1]);
 }
 
@@ -127,6 +127,7 @@ void test_busy_misuse(void)
     agmm_world_destroy(w);
     agmm_check(j.st[0] == AGMM_ERR_INVALID_ARG && strstr(j.msg, "without an agmm_ctx_busy_begin"),
                "busy: an end without a begin is refused: %s \"%s\"", agmm_status_str(j.st[0]), j.msg);
-    agmm_check(agmm_ctx_busy_begin(NULL, "x") == AGMM_ERR_INVALID_ARG && agmm_ctx_busy_end(NULL) == AGMM_ERR_INVALID_ARG,
+    agmm_check(agmm_ctx_busy_begin(NULL, "x") == AGMM_ERR_INVALID_ARG &&
+                   agmm_ctx_busy_end(NULL) == AGMM_ERR_INVALID_ARG,
                "busy: a NULL context is refused (AGMM_ERR_INVALID_ARG)");
 }

@@ -59,26 +59,25 @@ static const char *const usage_head =
     "must equal the world size): rank 0 prints the table, the others only their errors, and every\n"
     "rank exits with the same status (docs/processes.md).\n";
 
-static const agmm_op ops[] = {AGMM_OP_AG_MATMUL, AGMM_OP_ALL_REDUCE};
-
+/* The backends of every operation of the library (agmm_ext_op_count). */
 void bench_usage(FILE *f)
 {
     fputs(usage_head, f);
     fputs("\nBackends (the library's table):\n", f);
-    for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++)
-        for (int i = 0; agmm_backend_name(ops[o], i) != NULL; i++)
-            fprintf(f, "  %-10s %-11s %s\n", i == 0 ? agmm_op_name(ops[o]) : "", agmm_backend_name(ops[o], i),
-                    agmm_backend_summary(ops[o], agmm_backend_name(ops[o], i)));
+    for (agmm_op op = 0; (int)op < agmm_ext_op_count(); op++)
+        for (int i = 0; agmm_backend_name(op, i) != NULL; i++)
+            fprintf(f, "  %-10s %-11s %s\n", i == 0 ? agmm_op_name(op) : "", agmm_backend_name(op, i),
+                    agmm_backend_summary(op, agmm_backend_name(op, i)));
 }
 
 /* The backend table as markdown: the README's table is this output (tests/cli_test.sh checks). */
 static void list_backends(FILE *f)
 {
     fputs("| op | backend | what it does |\n|---|---|---|\n", f);
-    for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++)
-        for (int i = 0; agmm_backend_name(ops[o], i) != NULL; i++)
-            fprintf(f, "| %s | `%s` | %s |\n", agmm_op_name(ops[o]), agmm_backend_name(ops[o], i),
-                    agmm_backend_summary(ops[o], agmm_backend_name(ops[o], i)));
+    for (agmm_op op = 0; (int)op < agmm_ext_op_count(); op++)
+        for (int i = 0; agmm_backend_name(op, i) != NULL; i++)
+            fprintf(f, "| %s | `%s` | %s |\n", agmm_op_name(op), agmm_backend_name(op, i),
+                    agmm_backend_summary(op, agmm_backend_name(op, i)));
 }
 
 /* Every message to stderr starts with this: "agmm-bench", and under a launcher the rank too. */

@@ -167,6 +167,14 @@ agmm_status agmm_ext_exchange(agmm_ctx *ctx, const void *mine, size_t bytes, voi
 
 int agmm_ext_launch_rank(void) { return agmm_world_launch_rank(); }
 
+int agmm_ext_op_count(void)
+{
+    int n = 0;
+    while (agmm_op_type_of((agmm_op)n) != NULL)
+        n++;
+    return n;
+}
+
 void agmm_ext_auto_choice(const agmm_ctx *ctx, const char **how, double *tune_ms)
 {
     const agmm_tune_result *r = agmm_tune_last(ctx);

@@ -23,6 +23,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "api/agmm_ext.h"
 #include "backends/ag_matmul_fused.h"
 #include "backends/ag_matmul_pull.h"
 #include "gpu_tests.h"
@@ -47,22 +48,30 @@ static const step_case step_shapes[] = {
 
 int gpu_step_cases(const agmm_world *w, int spread, step_case *out, int max)
 {
-    const agmm_op ops[2] = {AGMM_OP_AG_MATMUL, AGMM_OP_ALL_REDUCE};
     int n = 0, dropped = 0;
-    for (int o = 0; o < 2; o++) {
+    /* Every operation of the library: one without a shape here would go untested in graphs, steps
+     * and the sanitizer's subset, so it fails loudly instead. */
+    for (int o = 0; o < agmm_ext_op_count(); o++) {
+        const agmm_op op = (agmm_op)o;
         const char *backends[MAX_OP_BACKENDS];
         int nb = 0, nshapes = 0;
-        for (int i = 0; agmm_backend_name(ops[o], i) != NULL; i++)
-            if (agmm_backend_available(w, ops[o], agmm_backend_name(ops[o], i), NULL, 0)) {
+        for (int i = 0; agmm_backend_name(op, i) != NULL; i++)
+            if (agmm_backend_available(w, op, agmm_backend_name(op, i), NULL, 0)) {
                 if (nb < MAX_OP_BACKENDS)
-                    backends[nb++] = agmm_backend_name(ops[o], i);
+                    backends[nb++] = agmm_backend_name(op, i);
                 else
                     dropped++;
             }
         for (int s = 0; s < NUM_SHAPES; s++)
-            nshapes += step_shapes[s].op == ops[o];
+            nshapes += step_shapes[s].op == op;
+        if (nshapes == 0) {
+            agmm_check(0, "step cases: operation %s has no shape in step_shapes (tests/gpu/test_graph.c) and no "
+                          "step in tests/gpu/steps.c",
+                       agmm_op_name(op));
+            continue;
+        }
         for (int s = 0, j = 0; s < NUM_SHAPES; s++) {
-            if (step_shapes[s].op != ops[o])
+            if (step_shapes[s].op != op)
                 continue;
             /* Spread: shape j on backend j % nb, and a backend past the last shape on one too. */
             for (int b = 0; b < nb; b++)

@@ -1,0 +1,225 @@
+/* The soak's case of each operation of the library (soak.h): random shapes, inputs of small
+ * integers (so every result is exact in bf16 and fp32 and is compared bit for bit), one run
+ * through the public API, and the exact result. Every rank derives every rank's inputs from the
+ * step's seed, so each checks its own outputs alone. An operation the library gains needs a case
+ * here: the soak refuses to start without one (soak_op_find). */
+#include <stdio.h>
+#include <string.h>
+
+#include "api/agmm_ext.h"
+#include "soak.h"
+
+static int64_t draw_in(uint64_t *rng, int64_t lo, int64_t hi)
+{
+    return lo + (int64_t)(agmm_rng_next(rng) % (uint64_t)(hi - lo + 1));
+}
+
+/* Value i's stream of input `what` of `rank` in the step of `seed`. */
+static uint64_t stream_of(uint64_t seed, int rank, int what)
+{
+    uint64_t s = seed ^ ((uint64_t)rank << 24) ^ ((uint64_t)what << 56);
+    return agmm_rng_next(&s);
+}
+
+static void small_bf16(uint16_t *x, int64_t count, uint64_t state, int span)
+{
+    for (int64_t i = 0; i < count; i++)
+        x[i] = agmm_f32_to_bf16((float)agmm_rng_small_int(&state, span));
+}
+
+/* ---- ag_matmul: dim = {m, n, k, splits}, variant bit 0: B row-major ---- */
+
+enum { MM_MAX_M = 48, MM_MAX_N = 130, MM_MAX_K = 96 };
+
+static void mm_draw(uint64_t *rng, int nranks, soak_shape *s)
+{
+    memset(s, 0, sizeof *s);
+    const int64_t m = agmm_rng_next(rng) % 8 == 0 ? 1 : draw_in(rng, 1, MM_MAX_M);
+    const int64_t k = 8 * draw_in(rng, 1, MM_MAX_K / 8);
+    s->variant = (unsigned)(agmm_rng_next(rng) & 1);
+    /* A row-major B needs 16-byte rows (n a multiple of 8); column-major takes any n. */
+    const int64_t n = s->variant ? 8 * draw_in(rng, 1, MM_MAX_N / 8) : draw_in(rng, 1, MM_MAX_N);
+    s->dim[0] = m, s->dim[1] = n, s->dim[2] = k;
+    s->dim[3] = draw_in(rng, 0, m < 4 ? m : 4);
+}
+
+static void mm_largest(soak_shape *s)
+{
+    memset(s, 0, sizeof *s);
+    s->dim[0] = MM_MAX_M, s->dim[1] = MM_MAX_N, s->dim[2] = MM_MAX_K, s->dim[3] = 4;
+}
+
+static void mm_describe(const soak_shape *s, char *buf, size_t len)
+{
+    snprintf(buf, len, "M=%lld N=%lld K=%lld b_layout=%s splits=%lld", (long long)s->dim[0], (long long)s->dim[1],
+             (long long)s->dim[2], s->variant ? "row" : "col", (long long)s->dim[3]);
+}
+
+static size_t mm_sizes(const soak_shape *s, int nranks, size_t bytes[], soak_role role[], int *nbufs)
+{
+    const size_t m = (size_t)s->dim[0], n = (size_t)s->dim[1], k = (size_t)s->dim[2], w = (size_t)nranks;
+    bytes[0] = k * n * 2, role[0] = SOAK_OPERAND;      /* B */
+    bytes[1] = w * m * k * 2, role[1] = SOAK_OUTPUT;   /* the gathered A */
+    bytes[2] = w * m * n * 2, role[2] = SOAK_OUTPUT;   /* C */
+    *nbufs = 3;
+    return m * k * 2;
+}
+
+static agmm_status mm_plan(agmm_plan **plan, agmm_ctx *ctx, const soak_shape *s, const char *backend)
+{
+    agmm_ag_matmul_desc d = {.m = s->dim[0], .n = s->dim[1], .k = s->dim[2], .splits = (int)s->dim[3],
+                             .b_layout = s->variant ? AGMM_LAYOUT_ROW_MAJOR : AGMM_LAYOUT_COL_MAJOR,
+                             .backend = backend};
+    return agmm_plan_ag_matmul(plan, ctx, &d);
+}
+
+static void mm_fill(const soak_shape *s, int nranks, int rank, uint64_t seed, void *input, void *const host[])
+{
+    small_bf16(input, s->dim[0] * s->dim[2], stream_of(seed, rank, 'A'), 1);
+    small_bf16(host[0], s->dim[2] * s->dim[1], stream_of(seed, rank, 'B'), 1);
+}
+
+static agmm_status mm_run(agmm_plan *plan, const soak_shape *s, void *in, int sym, void *const buf[], soak_dev *d)
+{
+    agmm_ag_matmul_io io = {.b = buf[0], .a_gathered = buf[1], .c = buf[2], .input = sym ? in : NULL};
+    return agmm_ag_matmul(plan, &io, d->stream);
+}
+
+static int mm_check(const soak_shape *s, int nranks, int rank, uint64_t seed, void *const host[], char *why,
+                           size_t len)
+{
+    const int64_t m = s->dim[0], n = s->dim[1], k = s->dim[2], rows = nranks * m;
+    const uint16_t *ag = host[1], *c = host[2];
+    uint16_t shard[MM_MAX_M * MM_MAX_K], b[MM_MAX_K * MM_MAX_N];
+    /* Every rank's shard in place in the gathered A, bit for bit. */
+    for (int p = 0; p < nranks; p++) {
+        small_bf16(shard, m * k, stream_of(seed, p, 'A'), 1);
+        for (int64_t i = 0; i < m * k; i++)
+            if (ag[p * m * k + i] != shard[i]) {
+                snprintf(why, len, "gathered A[%lld][%lld] = %g, want %g (rank %d's shard)",
+                         (long long)(p * m + i / k), (long long)(i % k), agmm_bf16_to_f32(ag[p * m * k + i]),
+                         agmm_bf16_to_f32(shard[i]), p);
+                return 0;
+            }
+    }
+    /* C = A * B with this rank's B, exact: |sums| <= K <= 96. */
+    small_bf16(b, k * n, stream_of(seed, rank, 'B'), 1);
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < n; j++) {
+            float acc = 0;
+            for (int64_t kk = 0; kk < k; kk++)
+                acc += agmm_bf16_to_f32(ag[i * k + kk]) * agmm_bf16_to_f32(s->variant ? b[kk * n + j] : b[j * k + kk]);
+            if (agmm_bf16_to_f32(c[i * n + j]) != acc) {
+                snprintf(why, len, "C[%lld][%lld] = %g, want %g", (long long)i, (long long)j,
+                         agmm_bf16_to_f32(c[i * n + j]), acc);
+                return 0;
+            }
+        }
+    return 1;
+}
+
+/* ---- all_reduce: dim[0] = n, variant bit 0: fp32 (else bf16), bit 1: in place ---- */
+
+enum { AR_MAX_N = 20000 };
+
+static void ar_draw(uint64_t *rng, int nranks, soak_shape *s)
+{
+    memset(s, 0, sizeof *s);
+    s->dim[0] = agmm_rng_next(rng) % 4 == 0 ? draw_in(rng, 1, 64) : draw_in(rng, 65, AR_MAX_N);
+    s->variant = (unsigned)(agmm_rng_next(rng) & 3);
+}
+
+static void ar_largest(soak_shape *s)
+{
+    memset(s, 0, sizeof *s);
+    s->dim[0] = AR_MAX_N, s->variant = 1;
+}
+
+static void ar_describe(const soak_shape *s, char *buf, size_t len)
+{
+    snprintf(buf, len, "n=%lld %s %s", (long long)s->dim[0], s->variant & 1 ? "fp32" : "bf16",
+             s->variant & 2 ? "in place" : "out of place");
+}
+
+static size_t ar_esize(const soak_shape *s) { return s->variant & 1 ? 4 : 2; }
+
+static size_t ar_sizes(const soak_shape *s, int nranks, size_t bytes[], soak_role role[], int *nbufs)
+{
+    bytes[0] = (size_t)s->dim[0] * ar_esize(s), role[0] = SOAK_OUTPUT;
+    *nbufs = 1;
+    return bytes[0];
+}
+
+static agmm_status ar_plan(agmm_plan **plan, agmm_ctx *ctx, const soak_shape *s, const char *backend)
+{
+    agmm_all_reduce_desc d = {.n = s->dim[0], .dtype = s->variant & 1 ? AGMM_DTYPE_F32 : AGMM_DTYPE_BF16,
+                              .backend = backend};
+    return agmm_plan_all_reduce(plan, ctx, &d);
+}
+
+/* Element i of rank `rank`'s vector: -4..4. */
+static void ar_values(const soak_shape *s, int rank, uint64_t seed, void *out)
+{
+    uint64_t st = stream_of(seed, rank, 'V');
+    for (int64_t i = 0; i < s->dim[0]; i++) {
+        const float v = (float)agmm_rng_small_int(&st, 4);
+        if (s->variant & 1)
+            ((float *)out)[i] = v;
+        else
+            ((uint16_t *)out)[i] = agmm_f32_to_bf16(v);
+    }
+}
+
+static void ar_fill(const soak_shape *s, int nranks, int rank, uint64_t seed, void *input, void *const host[])
+{
+    ar_values(s, rank, seed, input);
+}
+
+static agmm_status ar_run(agmm_plan *plan, const soak_shape *s, void *in, int sym, void *const buf[], soak_dev *d)
+{
+    const int in_place = (s->variant & 2) != 0;
+    agmm_all_reduce_io io = {.out = in_place ? in : buf[0], .input = sym ? in : NULL};
+    agmm_status st = agmm_all_reduce(plan, &io, d->stream);
+    /* The sum is in the input: keep it before the driver poisons the input. */
+    if (st == AGMM_SUCCESS && in_place && soak_dev_copy(d, buf[0], in, (size_t)s->dim[0] * ar_esize(s)) != 0)
+        st = AGMM_ERR_CUDA;
+    return st;
+}
+
+static int ar_check(const soak_shape *s, int nranks, int rank, uint64_t seed, void *const host[], char *why,
+                    size_t len)
+{
+    union {
+        float f[AR_MAX_N];
+        uint16_t h[AR_MAX_N];
+    } x;
+    float sum[AR_MAX_N];
+    memset(sum, 0, sizeof sum);
+    for (int p = 0; p < nranks; p++) {
+        ar_values(s, p, seed, &x);
+        for (int64_t i = 0; i < s->dim[0]; i++)
+            sum[i] += s->variant & 1 ? x.f[i] : agmm_bf16_to_f32(x.h[i]);
+    }
+    for (int64_t i = 0; i < s->dim[0]; i++) {
+        const float got =
+            s->variant & 1 ? ((const float *)host[0])[i] : agmm_bf16_to_f32(((const uint16_t *)host[0])[i]);
+        if (got != sum[i]) {
+            snprintf(why, len, "element %lld = %g, want %g", (long long)i, got, sum[i]);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static const soak_op cases[] = {
+    {"ag_matmul", mm_draw, mm_largest, mm_describe, mm_sizes, mm_plan, mm_fill, mm_run, mm_check},
+    {"all_reduce", ar_draw, ar_largest, ar_describe, ar_sizes, ar_plan, ar_fill, ar_run, ar_check},
+};
+
+const soak_op *soak_op_find(const char *name)
+{
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        if (strcmp(cases[i].op_name, name) == 0)
+            return &cases[i];
+    return NULL;
+}
