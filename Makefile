@@ -143,7 +143,8 @@ $(BUILD)/%.o: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVFLAGS) -MMD -MP -c -o $@ $<
 
-test: $(BUILD)/agmm-test $(BUILD)/agmm-bench $(BUILD)/agmm-proctest $(BUILD)/agmm-soak $(BUILD)/libagmm.so
+test: $(BUILD)/agmm-test $(BUILD)/agmm-bench $(BUILD)/agmm-proctest $(BUILD)/agmm-soak $(BUILD)/libagmm.so \
+      $(if $(filter 1,$(CUDA)),$(BUILD)/agmm-gputest)
 	AGMM_BENCH=$(BUILD)/agmm-bench AGMM_PROCTEST=$(BUILD)/agmm-proctest AGMM_SOAK=$(BUILD)/agmm-soak \
 	    AGMM_BUILD=$(BUILD) AGMM_CUDA=$(CUDA) \
 	    ./tests/run.sh $(BUILD)/agmm-test

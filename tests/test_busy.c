@@ -71,7 +71,7 @@ void test_busy_threads(void)
     busy_job a = {.busy_s = 4 * TIMEOUT_S};
     run_job(&a);
     agmm_check(a.st[0] == AGMM_SUCCESS && a.st[1] == AGMM_SUCCESS && a.st[2] == AGMM_SUCCESS &&
-                   a.took_s[1] >= a.busy_s,
+                   a.took_s[1] >= 0.9 * a.busy_s,
                "busy threads W=%d: rank 0 busy %.1f s (timeout %.1f s), then at the barrier: every rank passes it "
                "(ranks 1, 2 waited %.2f, %.2f s): %s",
                W, a.busy_s, TIMEOUT_S, a.took_s[1], a.took_s[2], a.msg[1]);
@@ -79,7 +79,7 @@ void test_busy_threads(void)
     /* Nested spells: the outer one holds the peers until it ends. */
     busy_job n = {.busy_s = 4 * TIMEOUT_S, .nested = 1};
     run_job(&n);
-    agmm_check(n.st[1] == AGMM_SUCCESS && n.st[2] == AGMM_SUCCESS && n.took_s[1] >= n.busy_s,
+    agmm_check(n.st[1] == AGMM_SUCCESS && n.st[2] == AGMM_SUCCESS && n.took_s[1] >= 0.9 * n.busy_s,
                "busy threads: an inner spell ended at once leaves the outer one showing: ranks 1, 2 wait %.2f, %.2f s "
                "and pass: %s",
                n.took_s[1], n.took_s[2], n.msg[1]);

@@ -163,13 +163,26 @@ agmm_world *gpu_step_world(int nranks)
     return gpu_test_world(nranks == 1 ? AGMM_WORLD_GPU : AGMM_WORLD_EMULATED, nranks, 0);
 }
 
-void graph_cases(int nranks, int steps, int replays, int spread)
+int gpu_step_cases_of(const agmm_world *w, int cases_of, int spread, step_case *out, int max)
+{
+    if (cases_of == agmm_world_nranks(w))
+        return gpu_step_cases(w, spread, out, max);
+    /* Only to ask it which backends it offers: no context is made. */
+    agmm_world *other = gpu_step_world(cases_of);
+    if (other == NULL)
+        return 0;
+    const int n = gpu_step_cases(other, spread, out, max);
+    agmm_world_destroy(other);
+    return n;
+}
+
+void graph_cases(int nranks, int cases_of, int steps, int replays, int spread)
 {
     agmm_world *w = gpu_step_world(nranks);
     if (w == NULL)
         return;
     step_case cases[64];
-    const int ncases = gpu_step_cases(w, spread, cases, 64);
+    const int ncases = gpu_step_cases_of(w, cases_of, spread, cases, 64);
     /* Graphs per case: 1 step staged, `steps` staged, `steps` from the caller's symmetric buffer. */
     const int counts[3] = {1, steps, steps};
     const step_input inputs[3] = {STEP_STAGED, STEP_STAGED, STEP_SYMMETRIC};
@@ -195,10 +208,10 @@ void graph_cases(int nranks, int steps, int replays, int spread)
     agmm_world_destroy(w);
 }
 
-void test_graph_w1(void) { graph_cases(1, 5, 100, 0); }
+void test_graph_w1(void) { graph_cases(1, 1, 5, 100, 0); }
 
 void test_graph_emulated(void)
 {
-    graph_cases(2, 5, 100, 0);
-    graph_cases(4, 5, 100, 0);
+    graph_cases(2, 2, 5, 100, 0);
+    graph_cases(4, 4, 5, 100, 0);
 }
