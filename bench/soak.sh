@@ -20,6 +20,8 @@ if [ -z "${SOAK_WORLDS:-}" ]; then
     SOAK_WORLDS=cpu
     nvidia-smi -L >/dev/null 2>&1 && SOAK_WORLDS="emulated cpu"
 fi
+# On the GPU machine: no multicast, hardware queues, and the NCCL library our headers match.
+case " $SOAK_WORLDS " in *" emulated "*) . "$(dirname "$0")/gpu_env.sh" && echo "$NCCL_NOTE" ;; esac
 passed=0 failed=0
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT

@@ -349,18 +349,15 @@ static void procs_busy(agmm_ctx *ctx, int busy, const char *what)
     atomic_store_explicit(&me->busy, (uint32_t)busy, memory_order_release);
 }
 
+/* Only a death is told: a peer that left did so after failing itself, and says why on its own. */
 static int procs_peer_gone(const agmm_world *w, int p, char *why, size_t len)
 {
     const procs_state *ps = w->host_state;
-    if (ps == NULL || ps->ctl == NULL || p < 0 || p >= ps->nranks || p == ps->rank)
+    if (ps == NULL || ps->ctl == NULL || p < 0 || p >= ps->nranks || p == ps->rank || peer_of(ps, p) != PEER_DEAD)
         return 0;
-    const peer_state st = peer_of(ps, p);
-    if (st == PEER_DEAD)
-        agmm_format(why, len, "rank %d (pid %d) has exited without leaving the world: killed or crashed", p,
-                    ps->ctl->slot[p].pid);
-    else if (st == PEER_LEFT)
-        agmm_format(why, len, "rank %d (pid %d) has left the world", p, ps->ctl->slot[p].pid);
-    return st == PEER_DEAD || st == PEER_LEFT;
+    agmm_format(why, len, "rank %d (pid %d) has exited without leaving the world: killed or crashed", p,
+                ps->ctl->slot[p].pid);
+    return 1;
 }
 
 /* ---- descriptors over sockets ---- */

@@ -75,7 +75,7 @@ agmm_status agmm_host_barrier(agmm_ctx *ctx);
 agmm_status agmm_host_agree(agmm_ctx *ctx, agmm_status mine);
 
 /* After a timeout recorded in ctx's error record (a run's barrier or flag that a peer never
- * reached): appends what the world knows of peers that are gone ("; rank 1 (pid 123) has exited
+ * reached): appends every peer the world knows to have died ("; rank 1 (pid 123) has exited
  * without leaving the world: killed or crashed"), so that the message says the process died, as
  * a host collective's does. Nothing where nothing tells (threads, ranks on other hosts), or for
  * another status. Local. */

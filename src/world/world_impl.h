@@ -28,10 +28,10 @@ typedef struct {
      * busy and start a whole one when it ends (world.h, agmm_ctx_busy_begin). Local. NULL where
      * peers cannot see it (across hosts). */
     void (*busy)(agmm_ctx *ctx, int busy, const char *what);
-    /* Whether peer `rank` is known to be gone (its process exited, or it left the world), with
-     * the fact in `why` ("rank 2 (pid 1234) has exited without leaving the world: killed or
-     * crashed"); 0 while it may be alive. NULL where nothing tells (threads die with the
-     * process; across hosts). */
+    /* Whether peer `rank` is known to have died (its process exited without leaving the world),
+     * with the fact in `why` ("rank 2 (pid 1234) has exited without leaving the world: killed or
+     * crashed"); 0 while it may be alive, or if it left. NULL where nothing tells (threads die
+     * with the process; across hosts). */
     int (*peer_gone)(const agmm_world *world, int rank, char *why, size_t len);
     void (*fini)(agmm_world *world);
 } agmm_host_ops;
