@@ -11,8 +11,8 @@
  * the plan's own input or a slot of a symmetric buffer (io.input). Each rank then writes fresh
  * small-integer inputs, poisons the outputs, sleeps its delay, runs, and at once (the earliest
  * agmm.h allows) overwrites its input and operands with NaN: a peer still reading them would get
- * NaN. The outputs are checked exactly on every rank. After a tenth of the steps (at most 1000)
- * and at the end every cached plan is destroyed and the process's resident memory, mappings and
+ * NaN. The outputs are checked exactly on every rank. After a warm-up (a tenth of the steps, at
+ * least 200 or half the run, at most 1000) and at the end every cached plan is destroyed and the process's resident memory, mappings and
  * descriptors and the device's memory in use are read: they must not grow between the two.
  * Under a launcher's variables each process is one rank (agmm_world_join); else one process
  * runs --ranks threads. Rank 0 prints one summary line; every rank exits 0 only if every step
@@ -32,7 +32,7 @@
 #define MAX_BACKENDS 17        /* a table's backends and auto */
 #define MAX_PLANS 32
 /* What may grow between the two readings: allocator and driver noise, not a leak per step. */
-#define RSS_SLACK_KB 4096
+#define RSS_SLACK_KB 8192
 #define MAPS_SLACK 16
 #define DEVICE_SLACK_BYTES ((uint64_t)4 << 20)
 
@@ -233,6 +233,8 @@ static int step_run(soak_rank *sr, soak_slot *s, int delay_us, int use_sym, uint
     soak_role role[SOAK_BUFS];
     int nbufs = 0;
     const size_t in_bytes = e->kind->sizes(&s->shape, sr->nranks, bytes, role, &nbufs);
+    /* An operation without a symmetric input (the row-parallel matmuls) takes none. */
+    use_sym = use_sym && in_bytes > 0;
     void *in = use_sym ? sr->sym : agmm_plan_input(s->plan);
     char what[400], why[320];
     e->kind->describe(&s->shape, why, sizeof why);
@@ -240,7 +242,7 @@ static int step_run(soak_rank *sr, soak_slot *s, int delay_us, int use_sym, uint
              use_sym ? " io.input" : "");
     /* Fresh inputs, outputs poisoned, on the stream before the run. */
     e->kind->fill(&s->shape, sr->nranks, sr->rank, seed, sr->h_in, sr->h_buf);
-    int ok = soak_dev_upload(d, in, sr->h_in, in_bytes) == 0;
+    int ok = in_bytes == 0 || soak_dev_upload(d, in, sr->h_in, in_bytes) == 0;
     for (int b = 0; b < nbufs && ok; b++)
         ok = (role[b] == SOAK_OPERAND ? soak_dev_upload(d, sr->d_buf[b], sr->h_buf[b], bytes[b])
                                       : soak_dev_poison(d, sr->d_buf[b], bytes[b])) == 0;
@@ -249,7 +251,7 @@ static int step_run(soak_rank *sr, soak_slot *s, int delay_us, int use_sym, uint
     sleep_us(delay_us);
     agmm_status st = e->kind->run(s->plan, &s->shape, in, use_sym, sr->d_buf, d);
     /* At once: the input and operands are the caller's again (agmm.h, "Steps back to back"). */
-    ok = st == AGMM_SUCCESS && soak_dev_poison(d, in, in_bytes) == 0;
+    ok = st == AGMM_SUCCESS && (in_bytes == 0 || soak_dev_poison(d, in, in_bytes) == 0);
     for (int b = 0; b < nbufs && ok; b++)
         ok = role[b] != SOAK_OPERAND || soak_dev_poison(d, sr->d_buf[b], bytes[b]) == 0;
     for (int b = 0; b < nbufs && ok; b++)
@@ -303,13 +305,23 @@ static void rank_teardown(soak_rank *sr)
     soak_dev_fini(&sr->dev);
 }
 
+/* The step after which the first reading is taken: a tenth of the run, at least 200 steps (or
+ * half a short run: the allocator's per-thread pools grow for a while), at most 1000. */
+static int warm_steps(int steps)
+{
+    int warm = steps / 10 > 200 ? steps / 10 : 200;
+    if (warm > steps / 2)
+        warm = steps / 2;
+    return warm < 1000 ? warm : 1000;
+}
+
 /* The steps of one rank; its account, and the verdict (every rank's accounts, exchanged). */
 static void soak_steps(soak_rank *sr)
 {
     soak_job *job = sr->job;
     agmm_proc_usage u0 = {0}, u1 = {0};
     uint64_t dev0 = 0, dev1 = 0;
-    const int warm = job->opt.steps / 10 < 1000 ? job->opt.steps / 10 : 1000;
+    const int warm = warm_steps(job->opt.steps);
     uint64_t rng = job->opt.seed;
     const double t0 = now_s();
     for (int step = 0; step < job->opt.steps; step++) {
@@ -474,7 +486,7 @@ static void summary(const soak_job *job)
                kind == AGMM_WORLD_CPU ? "CPU" : kind == AGMM_WORLD_GPU ? "GPU" : "emulated",
                agmm_world_nranks(job->world), processes ? "processes" : "threads", a[0].steps, ops,
                job->opt.max_delay_us, sum.wrong, sum.failed, a[0].plans_made,
-               job->opt.steps / 10 < 1000 ? job->opt.steps / 10 : 1000, growth, job->took_s,
+               warm_steps(job->opt.steps), growth, job->took_s,
                a[worst].first[0] ? "; first: " : "", a[worst].first);
 }
 

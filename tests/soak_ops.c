@@ -211,9 +211,150 @@ static int ar_check(const soak_shape *s, int nranks, int rank, uint64_t seed, vo
     return 1;
 }
 
+/* ---- the row-parallel matmuls (matmul_reduce_scatter, matmul_all_reduce): dim = {m, n, k},
+ * variant bit 0: B row-major. A_r and B_r are each rank's own operands; S = sum of A_r * B_r,
+ * summed in rank order (agmm.h). Values in {-1, 0, 1} and K <= 256 / W keep every partial sum an
+ * integer of at most 256, exact in bf16 whatever the order (nccl adds in its own). ---- */
+
+enum { RP_MAX_M = 48, RP_MAX_N = 130, RP_MAX_K = 96 };
+
+static int64_t rp_max_k(int nranks)
+{
+    int64_t k = (256 / nranks) / 8 * 8;
+    return k < 8 ? 8 : k > RP_MAX_K ? RP_MAX_K : k;
+}
+
+static void rp_draw(uint64_t *rng, int nranks, soak_shape *s)
+{
+    memset(s, 0, sizeof *s);
+    s->dim[0] = agmm_rng_next(rng) % 8 == 0 ? 1 : draw_in(rng, 1, RP_MAX_M);
+    s->dim[2] = 8 * draw_in(rng, 1, rp_max_k(nranks) / 8);
+    s->variant = (unsigned)(agmm_rng_next(rng) & 1);
+    s->dim[1] = s->variant ? 8 * draw_in(rng, 1, RP_MAX_N / 8) : draw_in(rng, 1, RP_MAX_N);
+}
+
+static void rp_largest(soak_shape *s)
+{
+    memset(s, 0, sizeof *s);
+    s->dim[0] = RP_MAX_M, s->dim[1] = RP_MAX_N, s->dim[2] = RP_MAX_K;
+}
+
+static void rp_describe(const soak_shape *s, char *buf, size_t len)
+{
+    snprintf(buf, len, "M=%lld N=%lld K=%lld b_layout=%s", (long long)s->dim[0], (long long)s->dim[1],
+             (long long)s->dim[2], s->variant ? "row" : "col");
+}
+
+/* The output's rows on `rank` (all of S for matmul_all_reduce: scatter = 0). */
+static int64_t rp_rows(const soak_shape *s, int nranks, int rank, int scatter, int64_t *row0)
+{
+    *row0 = 0;
+    return scatter ? agmm_matmul_reduce_scatter_rows(s->dim[0], nranks, rank, row0) : s->dim[0];
+}
+
+/* A_r, B_r (operands) and the output: the most rows any rank gets. No symmetric input. */
+static size_t rp_sizes_of(const soak_shape *s, int nranks, int scatter, size_t bytes[], soak_role role[], int *nbufs)
+{
+    const size_t m = (size_t)s->dim[0], n = (size_t)s->dim[1], k = (size_t)s->dim[2];
+    const size_t rows = scatter ? (m + (size_t)nranks - 1) / (size_t)nranks : m;
+    bytes[0] = m * k * 2, role[0] = SOAK_OPERAND;
+    bytes[1] = k * n * 2, role[1] = SOAK_OPERAND;
+    bytes[2] = rows * n * 2, role[2] = SOAK_OUTPUT;
+    *nbufs = 3;
+    return 0;
+}
+
+static size_t rs_sizes(const soak_shape *s, int nranks, size_t bytes[], soak_role role[], int *nbufs)
+{
+    return rp_sizes_of(s, nranks, 1, bytes, role, nbufs);
+}
+
+static size_t ar2_sizes(const soak_shape *s, int nranks, size_t bytes[], soak_role role[], int *nbufs)
+{
+    return rp_sizes_of(s, nranks, 0, bytes, role, nbufs);
+}
+
+static agmm_status rs_plan(agmm_plan **plan, agmm_ctx *ctx, const soak_shape *s, const char *backend)
+{
+    agmm_matmul_reduce_scatter_desc d = {.m = s->dim[0], .n = s->dim[1], .k = s->dim[2], .backend = backend,
+                                         .b_layout = s->variant ? AGMM_LAYOUT_ROW_MAJOR : AGMM_LAYOUT_COL_MAJOR};
+    return agmm_plan_matmul_reduce_scatter(plan, ctx, &d);
+}
+
+static agmm_status ar2_plan(agmm_plan **plan, agmm_ctx *ctx, const soak_shape *s, const char *backend)
+{
+    agmm_matmul_all_reduce_desc d = {.m = s->dim[0], .n = s->dim[1], .k = s->dim[2], .backend = backend,
+                                     .b_layout = s->variant ? AGMM_LAYOUT_ROW_MAJOR : AGMM_LAYOUT_COL_MAJOR};
+    return agmm_plan_matmul_all_reduce(plan, ctx, &d);
+}
+
+static void rp_fill(const soak_shape *s, int nranks, int rank, uint64_t seed, void *input, void *const host[])
+{
+    small_bf16(host[0], s->dim[0] * s->dim[2], stream_of(seed, rank, 'A'), 1);
+    small_bf16(host[1], s->dim[2] * s->dim[1], stream_of(seed, rank, 'B'), 1);
+}
+
+static agmm_status rs_run(agmm_plan *plan, const soak_shape *s, void *in, int sym, void *const buf[], soak_dev *d)
+{
+    agmm_matmul_reduce_scatter_io io = {.a = buf[0], .b = buf[1], .out = buf[2]};
+    return agmm_matmul_reduce_scatter(plan, &io, d->stream);
+}
+
+static agmm_status ar2_run(agmm_plan *plan, const soak_shape *s, void *in, int sym, void *const buf[], soak_dev *d)
+{
+    agmm_matmul_all_reduce_io io = {.a = buf[0], .b = buf[1], .c = buf[2]};
+    return agmm_matmul_all_reduce(plan, &io, d->stream);
+}
+
+/* This rank's rows of S against the sum of every rank's partial, in rank order. */
+static int rp_check_of(const soak_shape *s, int nranks, int rank, uint64_t seed, void *const host[], int scatter,
+                       char *why, size_t len)
+{
+    const int64_t n = s->dim[1], k = s->dim[2];
+    int64_t row0;
+    const int64_t rows = rp_rows(s, nranks, rank, scatter, &row0);
+    const uint16_t *out = host[2];
+    uint16_t a[RP_MAX_M * RP_MAX_K], b[RP_MAX_K * RP_MAX_N];
+    float sum[RP_MAX_M * RP_MAX_N];
+    memset(sum, 0, sizeof sum);
+    for (int p = 0; p < nranks; p++) {
+        small_bf16(a, s->dim[0] * k, stream_of(seed, p, 'A'), 1);
+        small_bf16(b, k * n, stream_of(seed, p, 'B'), 1);
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t j = 0; j < n; j++) {
+                float acc = 0;
+                for (int64_t kk = 0; kk < k; kk++)
+                    acc += agmm_bf16_to_f32(a[(row0 + i) * k + kk]) *
+                           agmm_bf16_to_f32(s->variant ? b[kk * n + j] : b[j * k + kk]);
+                sum[i * n + j] += acc;
+            }
+    }
+    for (int64_t i = 0; i < rows * n; i++)
+        if (agmm_bf16_to_f32(out[i]) != sum[i]) {
+            snprintf(why, len, "S[%lld][%lld] = %g, want %g", (long long)(row0 + i / n), (long long)(i % n),
+                     agmm_bf16_to_f32(out[i]), sum[i]);
+            return 0;
+        }
+    return 1;
+}
+
+static int rs_check(const soak_shape *s, int nranks, int rank, uint64_t seed, void *const host[], char *why,
+                    size_t len)
+{
+    return rp_check_of(s, nranks, rank, seed, host, 1, why, len);
+}
+
+static int ar2_check(const soak_shape *s, int nranks, int rank, uint64_t seed, void *const host[], char *why,
+                     size_t len)
+{
+    return rp_check_of(s, nranks, rank, seed, host, 0, why, len);
+}
+
 static const soak_op cases[] = {
     {"ag_matmul", mm_draw, mm_largest, mm_describe, mm_sizes, mm_plan, mm_fill, mm_run, mm_check},
     {"all_reduce", ar_draw, ar_largest, ar_describe, ar_sizes, ar_plan, ar_fill, ar_run, ar_check},
+    {"matmul_reduce_scatter", rp_draw, rp_largest, rp_describe, rs_sizes, rs_plan, rp_fill, rs_run, rs_check},
+    {"matmul_all_reduce", rp_draw, rp_largest, rp_describe, ar2_sizes, ar2_plan, rp_fill, ar2_run, ar2_check},
 };
 
 const soak_op *soak_op_find(const char *name)

@@ -32,7 +32,7 @@ static double now_s(void)
 static void row_text(const bench_results *r, int row, char *buf, size_t len)
 {
     const bench_row *w = &r->rows[row];
-    if (r->opt.op == AGMM_OP_AG_MATMUL)
+    if (r->opt.op != AGMM_OP_ALL_REDUCE)
         snprintf(buf, len, "row %d/%d (%lld, %lld, %lld)", row + 1, r->nrows, (long long)w->m, (long long)w->n,
                  (long long)w->k);
     else
@@ -125,9 +125,12 @@ void bench_progress_phase(bench_results *r, const char *backend, const char *wha
     if (p == NULL)
         return;
     pthread_mutex_lock(&p->mu);
-    snprintf(p->backend, sizeof p->backend, "%s", backend ? backend : "");
-    snprintf(p->what, sizeof p->what, "%s", what);
-    p->told = 0;
+    /* The same phase again (a spell resumed after a meeting) is still the phase told once. */
+    if (strcmp(p->backend, backend ? backend : "") != 0 || strcmp(p->what, what) != 0) {
+        snprintf(p->backend, sizeof p->backend, "%s", backend ? backend : "");
+        snprintf(p->what, sizeof p->what, "%s", what);
+        p->told = 0;
+    }
     tell_locked(r, p);
     pthread_mutex_unlock(&p->mu);
 }

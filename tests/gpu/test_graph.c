@@ -42,6 +42,8 @@ static const step_case step_shapes[] = {
     {AGMM_OP_ALL_REDUCE, NULL, 0, 0, 0, 0, 8193, AGMM_DTYPE_BF16, 0},
     {AGMM_OP_ALL_REDUCE, NULL, 0, 0, 0, 0, 4093, AGMM_DTYPE_F32, 0},
     {AGMM_OP_ALL_REDUCE, NULL, 0, 0, 0, 0, 4093, AGMM_DTYPE_F32, 1},
+    {AGMM_OP_MATMUL_REDUCE_SCATTER, NULL, 37, 72, 64, 0, 0, AGMM_DTYPE_BF16, 0},
+    {AGMM_OP_MATMUL_ALL_REDUCE, NULL, 5, 40, 64, 0, 0, AGMM_DTYPE_BF16, 0},
 };
 #define NUM_SHAPES ((int)(sizeof step_shapes / sizeof step_shapes[0]))
 #define MAX_OP_BACKENDS 16
