@@ -12,8 +12,9 @@
  * small-integer inputs, poisons the outputs, sleeps its delay, runs, and at once (the earliest
  * agmm.h allows) overwrites its input and operands with NaN: a peer still reading them would get
  * NaN. The outputs are checked exactly on every rank. After a warm-up (a tenth of the steps, at
- * least 200 or half the run, at most 1000) and at the end every cached plan is destroyed and the process's resident memory, mappings and
- * descriptors and the device's memory in use are read: they must not grow between the two.
+ * least 200 or half the run, at most 1000) and at the end every cached plan is destroyed and the
+ * process's resident memory, mappings and descriptors and the device's memory in use are read:
+ * they must not grow between the two (beyond an allocator's slack, below).
  * Under a launcher's variables each process is one rank (agmm_world_join); else one process
  * runs --ranks threads. Rank 0 prints one summary line; every rank exits 0 only if every step
  * on every rank was right and nothing grew. */

@@ -176,11 +176,12 @@ void sanitize_plan_print(FILE *f);
 /* Pieces of it from the other files. */
 void test_gemm_engine_small(void);    /* test_gemm_engine.c: every config on a small shape */
 void test_world_small(int nranks);    /* test_world.c: heap, peer reads, barriers at W = nranks */
-/* The step cases of a world of cases_of ranks (its backends, as gpu_step_cases), whichever world
- * w runs them; graph_cases and steps_cases run those of a world of cases_of ranks in one of
- * nranks (test_graph.c, test_steps.c: their own tests pass cases_of = nranks). */
-int gpu_step_cases_of(const agmm_world *w, int cases_of, int spread, step_case *out, int max);
-void graph_cases(int nranks, int cases_of, int nsteps, int replays, int spread);
-void steps_cases(int nranks, int cases_of, int nsteps, int two_streams, int spread);
+/* The step cases of a world of cases_of ranks (its backends, as gpu_step_cases) to run in world w;
+ * with only_new, and cases_of not w's size, without those w's own cases hold (the caller runs
+ * those anyway). graph_cases and steps_cases run the cases of a world of cases_of ranks in one of
+ * nranks (test_graph.c, test_steps.c: their own tests pass cases_of = nranks, only_new = 0). */
+int gpu_step_cases_of(const agmm_world *w, int cases_of, int only_new, int spread, step_case *out, int max);
+void graph_cases(int nranks, int cases_of, int only_new, int nsteps, int replays, int spread);
+void steps_cases(int nranks, int cases_of, int only_new, int nsteps, int two_streams, int spread);
 
 #endif

@@ -5,8 +5,9 @@
  * Small shapes of every kernel and backend, in groups. Each group runs its W = 1 part, then its
  * cases of emulated worlds of W > 1 ranks (ranks sharing the GPU). Under a tool that cannot run a
  * group at W > 1 (w1_only below: the tools serialise kernels, and ranks that spin on each other on
- * one GPU then never meet), that group's cases of the larger world run at W = 1 instead, once, and
- * the plan says so: every case runs, only the world changes. The cases come from the library's
+ * one GPU then never meet), that group's cases of the larger world run at W = 1 instead, once (those
+ * its W = 1 part has not run already), and the plan says so: every case runs, only the world
+ * changes. The cases come from the library's
  * table (gpu_step_cases), so a new backend or operation is in them without a line here. */
 #include <stdio.h>
 #include <string.h>
@@ -20,14 +21,17 @@ static const char *const tool_names[] = {"memcheck", "racecheck", "synccheck", "
 #define NTOOLS 4
 
 /* Runs the group's cases of a world of `cases_of` ranks in a world of `nranks` (equal unless the
- * tool makes them run at W = 1). */
-typedef void (*group_fn)(int nranks, int cases_of);
+ * tool makes them run at W = 1; then, with only_new, without the cases the group's W = 1 part ran). */
+typedef void (*group_fn)(int nranks, int cases_of, int only_new);
 
-static void world_group(int nranks, int cases_of) { test_world_small(nranks); }
-static void engine_group(int nranks, int cases_of) { test_gemm_engine_small(); }
-static void graph_group(int nranks, int cases_of) { graph_cases(nranks, cases_of, 2, 2, 1); }
-static void steps_group(int nranks, int cases_of) { steps_cases(nranks, cases_of, 4, 0, 1); }
-static void streams_group(int nranks, int cases_of) { steps_cases(nranks, cases_of, 4, 1, 1); }
+static void world_group(int nranks, int cases_of, int only_new) { test_world_small(nranks); }
+static void engine_group(int nranks, int cases_of, int only_new) { test_gemm_engine_small(); }
+static void graph_group(int nranks, int cases_of, int only_new) { graph_cases(nranks, cases_of, only_new, 2, 2, 1); }
+static void steps_group(int nranks, int cases_of, int only_new) { steps_cases(nranks, cases_of, only_new, 4, 0, 1); }
+static void streams_group(int nranks, int cases_of, int only_new)
+{
+    steps_cases(nranks, cases_of, only_new, 4, 1, 1);
+}
 
 typedef struct {
     const char *name;
@@ -127,10 +131,10 @@ void test_sanitize(const char *tool)
                why ? why : "");
         fflush(stdout);
         if (g->at_w1)
-            g->run(1, 1);
+            g->run(1, 1, 0);
         if (why && g->larger[0])
-            g->run(1, g->larger[0]); /* the larger worlds' cases are alike: their backends are */
+            g->run(1, g->larger[0], g->at_w1); /* every larger world offers the same backends: one list */
         for (int w = 0; !why && w < 2 && g->larger[w]; w++)
-            g->run(g->larger[w], g->larger[w]);
+            g->run(g->larger[w], g->larger[w], 0);
     }
 }

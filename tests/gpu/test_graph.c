@@ -165,7 +165,13 @@ agmm_world *gpu_step_world(int nranks)
     return gpu_test_world(nranks == 1 ? AGMM_WORLD_GPU : AGMM_WORLD_EMULATED, nranks, 0);
 }
 
-int gpu_step_cases_of(const agmm_world *w, int cases_of, int spread, step_case *out, int max)
+static int same_case(const step_case *a, const step_case *b)
+{
+    return a->op == b->op && strcmp(a->backend, b->backend) == 0 && a->m == b->m && a->n == b->n && a->k == b->k &&
+           a->splits == b->splits && a->count == b->count && a->dtype == b->dtype && a->in_place == b->in_place;
+}
+
+int gpu_step_cases_of(const agmm_world *w, int cases_of, int only_new, int spread, step_case *out, int max)
 {
     if (cases_of == agmm_world_nranks(w))
         return gpu_step_cases(w, spread, out, max);
@@ -173,18 +179,27 @@ int gpu_step_cases_of(const agmm_world *w, int cases_of, int spread, step_case *
     agmm_world *other = gpu_step_world(cases_of);
     if (other == NULL)
         return 0;
-    const int n = gpu_step_cases(other, spread, out, max);
+    step_case theirs[64], ours[64];
+    const int n_theirs = gpu_step_cases(other, spread, theirs, 64), n_ours = gpu_step_cases(w, spread, ours, 64);
     agmm_world_destroy(other);
+    int n = 0;
+    for (int i = 0; i < n_theirs && n < max; i++) {
+        int dup = 0;
+        for (int j = 0; only_new && j < n_ours && !dup; j++)
+            dup = same_case(&theirs[i], &ours[j]);
+        if (!dup)
+            out[n++] = theirs[i];
+    }
     return n;
 }
 
-void graph_cases(int nranks, int cases_of, int steps, int replays, int spread)
+void graph_cases(int nranks, int cases_of, int only_new, int steps, int replays, int spread)
 {
     agmm_world *w = gpu_step_world(nranks);
     if (w == NULL)
         return;
     step_case cases[64];
-    const int ncases = gpu_step_cases_of(w, cases_of, spread, cases, 64);
+    const int ncases = gpu_step_cases_of(w, cases_of, only_new, spread, cases, 64);
     /* Graphs per case: 1 step staged, `steps` staged, `steps` from the caller's symmetric buffer. */
     const int counts[3] = {1, steps, steps};
     const step_input inputs[3] = {STEP_STAGED, STEP_STAGED, STEP_SYMMETRIC};
@@ -210,10 +225,10 @@ void graph_cases(int nranks, int cases_of, int steps, int replays, int spread)
     agmm_world_destroy(w);
 }
 
-void test_graph_w1(void) { graph_cases(1, 1, 5, 100, 0); }
+void test_graph_w1(void) { graph_cases(1, 1, 0, 5, 100, 0); }
 
 void test_graph_emulated(void)
 {
-    graph_cases(2, 2, 5, 100, 0);
-    graph_cases(4, 4, 5, 100, 0);
+    graph_cases(2, 2, 0, 5, 100, 0);
+    graph_cases(4, 4, 0, 5, 100, 0);
 }
