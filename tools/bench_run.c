@@ -701,16 +701,17 @@ static int row_fits(cell_job *j)
     return ok;
 }
 
-/* After the world failed: every cell the sweep never reached says why it was not run. */
-static void mark_not_run(bench_results *res)
+/* Every cell the sweep never reached says why it was not run. */
+static void mark_not_run(bench_results *res, const char *why)
 {
+    bench_sync_lock(res);
     for (int i = 0; i < res->nrows; i++)
         for (int b = 0; b < res->nbackends; b++) {
             bench_cell *cell = &res->rows[i].cell[b];
             if (cell->state == CELL_EMPTY && !cell->note[0])
-                agmm_format(cell->note, sizeof cell->note, "the sweep stopped when the world failed: %s",
-                            res->world_why);
+                agmm_format(cell->note, sizeof cell->note, "%s", why);
         }
+    bench_sync_unlock(res);
 }
 
 agmm_status bench_rank_main(agmm_ctx *ctx, void *arg)
@@ -725,6 +726,7 @@ agmm_status bench_rank_main(agmm_ctx *ctx, void *arg)
         fprintf(stderr, "agmm-bench: rank %d: %s\n", agmm_ctx_rank(ctx), dev.err);
     /* If any rank cannot run, none does: the others would wait for it at the first barrier. */
     if (!bench_sync_all_ok(res, init_ok)) {
+        mark_not_run(res, "a rank could not set up its device (its message is on stderr)");
         bench_dev_fini(&dev);
         return init_ok ? AGMM_SUCCESS : AGMM_ERR_CUDA;
     }
@@ -765,8 +767,11 @@ agmm_status bench_rank_main(agmm_ctx *ctx, void *arg)
         if (j.rank == 0)
             bench_progress_done(res, j.row);
     }
-    if (res->world_failed)
-        mark_not_run(res);
+    if (res->world_failed) {
+        char why[sizeof res->world_why + 64];
+        agmm_format(why, sizeof why, "the sweep stopped when the world failed: %s", res->world_why);
+        mark_not_run(res, why);
+    }
     bench_dev_fini(&dev);
     return AGMM_SUCCESS;
 }
