@@ -22,7 +22,6 @@
 #include "agmm.h"
 #include "api/api.h"
 #include "api/tune.h"
-#include "core/text.h"
 #include "cpu_tests.h"
 #include "harness.h"
 
@@ -450,7 +449,7 @@ static agmm_status op_types_rank(agmm_ctx *ctx, void *arg)
                  strstr(key, "device=Some_GPU world=cpu W=2 ") != NULL;
         j->failed = !ok;
         j->checked++;
-        agmm_format(j->msg, sizeof j->msg, "%s: key \"%s\", %d scratch buffers (%zu %zu %zu bytes)",
+        snprintf(j->msg, sizeof j->msg, "%s: key \"%.400s\", %d scratch buffers (%zu %zu %zu bytes)",
                  agmm_op_name((agmm_op)op), key, nbuf, bytes[0], bytes[1], bytes[2]);
     }
     return AGMM_SUCCESS;
