@@ -35,6 +35,7 @@
 
 #include "all_reduce.h"
 #include "dev_error.h"
+#include "pad_barrier.cuh"
 
 namespace {
 
@@ -171,70 +172,17 @@ __device__ __forceinline__ void store_vec(void *dst, int64_t v, uint4 val, int e
             lanes<T>::store_lane(dst, v * kVec + e, val, e);
 }
 
-__device__ __forceinline__ uint32_t ld_relaxed_sys(const uint32_t *p)
+/* The plan's barrier on its signal pad (pad_barrier.cuh has the protocol and the ordering). */
+__device__ __forceinline__ agmm_pad_sync pad_sync(const agmm_all_reduce_args &a)
 {
-    uint32_t v;
-    asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
+    return agmm_pad_sync{a.pad, a.rank, a.nranks, a.err, a.timeout_ns};
 }
 
-/* This run's epoch for this block (all_reduce.h: from the block's own arrival slot, where the
- * previous run left 2(e-1), or 2(e-1)-1 if its first barrier expired). Read before the first
- * barrier, which overwrites the slot; the previous run's kernel has completed (stream order), so
- * its stores are visible. */
-__device__ __forceinline__ uint32_t run_epoch(const agmm_all_reduce_args &a)
-{
-    const uint32_t *own = static_cast<const uint32_t *>(a.pad[a.rank]) + (size_t)blockIdx.x * a.nranks + a.rank;
-    return (ld_relaxed_sys(own) + 1u) / 2u + 1u;
-}
+__device__ __forceinline__ uint32_t run_epoch(const agmm_all_reduce_args &a) { return agmm_pad_run_epoch(pad_sync(a)); }
 
-/* Barrier of block b with block b of every rank, at count `value` (2e-1 or 2e of run `epoch`).
- * Returns false, the same in every thread of the block, when a peer did not arrive within
- * timeout_ns (recorded in err).
- *
- * Ordering. The __syncthreads() first orders every access this block made before (loads of
- * peers' inputs, stores of res or out) before thread p's st.release.sys to rank p's pad: the
- * release is cumulative, so rank p, once it acquires the flag, sees this block's stores and
- * knows its loads are done. Thread p of this block acquires rank p's flag (ld.acquire.sys after
- * relaxed polling), and the closing __syncthreads_or extends that to every thread of the block:
- * what rank p's block did before its release is visible to all of them afterwards. */
 __device__ __forceinline__ bool block_barrier(const agmm_all_reduce_args &a, uint32_t epoch, uint32_t value)
 {
-    __syncthreads();
-    int late = 0;
-    const int p = threadIdx.x;
-    if (p < a.nranks) {
-        const size_t slot = (size_t)blockIdx.x * (size_t)a.nranks;
-        agmm_st_release_sys(static_cast<uint32_t *>(a.pad[p]) + slot + a.rank, value);
-        const uint32_t *mine = static_cast<const uint32_t *>(a.pad[a.rank]) + slot + p;
-        uint32_t seen = ld_relaxed_sys(mine);
-        if ((int32_t)(seen - value) < 0) {
-            const uint64_t deadline = agmm_globaltimer_ns() + a.timeout_ns;
-            for (uint32_t spins = 1;; spins++) {
-                seen = ld_relaxed_sys(mine);
-                if ((int32_t)(seen - value) >= 0)
-                    break;
-                if ((spins & 63u) != 0)
-                    continue;
-                /* A wait of this rank already expired (this run or an earlier one still queued
-                 * behind it): the ranks are out of step and the host reports that record, so give
-                 * up now instead of waiting out another full timeout per queued run. */
-                if (*(volatile const uint32_t *)&a.err->code != AGMM_DEV_OK) {
-                    late = 1;
-                    break;
-                }
-                if (agmm_globaltimer_ns() > deadline) {
-                    agmm_dev_error_record(a.err, a.rank, p, AGMM_WAIT_ALL_REDUCE, -1, epoch, seen);
-                    late = 1;
-                    break;
-                }
-            }
-        }
-        /* The acquire: the value only grows, so this load sees >= value again (unless late). */
-        if (!late)
-            (void)agmm_ld_acquire_sys(mine);
-    }
-    return __syncthreads_or(late) == 0;
+    return agmm_pad_barrier(pad_sync(a), epoch, value);
 }
 
 template <typename T>
