@@ -29,6 +29,12 @@ void test_cpu_ag_matmul_random(void);
 void test_cpu_all_reduce(void);
 void test_cpu_auto_backend(void);
 
+/* test_ar_norm.c: all_reduce_rmsnorm's CPU backends, checks and bounded waits. */
+void test_arn_numerics(void);
+void test_arn_cpu_backends(void);
+void test_arn_validate(void);
+void test_arn_timeout(void);
+
 /* test_cpu_protocols.c: per-chunk waits of the fused GEMM, timeouts. */
 void test_cpu_fused_waits(void);
 void test_cpu_timeout_missing_rank(void);

@@ -17,7 +17,7 @@
 /* More entries than any table will have: a listing that does not end by then never ends. */
 enum { TABLE_CAP = 256 };
 
-static const agmm_op public_ops[] = {AGMM_OP_AG_MATMUL, AGMM_OP_ALL_REDUCE};
+static const agmm_op public_ops[] = {AGMM_OP_AG_MATMUL, AGMM_OP_ALL_REDUCE, AGMM_OP_ALL_REDUCE_RMSNORM};
 #define NOPS ((int)(sizeof public_ops / sizeof public_ops[0]))
 
 static int op_is_known(agmm_op op)
@@ -161,9 +161,10 @@ void test_backend_table(void)
                    agmm_backend_summary(AGMM_OP_AG_MATMUL, "auto") == NULL &&
                    agmm_backend_summary(AGMM_OP_AG_MATMUL, NULL) == NULL && strcmp(agmm_op_name((agmm_op)7), "?") == 0 &&
                    strcmp(agmm_op_name(AGMM_OP_AG_MATMUL), "ag_matmul") == 0 &&
-                   strcmp(agmm_op_name(AGMM_OP_ALL_REDUCE), "all_reduce") == 0,
+                   strcmp(agmm_op_name(AGMM_OP_ALL_REDUCE), "all_reduce") == 0 &&
+                   strcmp(agmm_op_name(AGMM_OP_ALL_REDUCE_RMSNORM), "all_reduce_rmsnorm") == 0,
                "backend queries: op 7 lists nothing and is named \"?\"; no summary for \"nope\", \"auto\" or NULL; "
-               "agmm_op_name gives ag_matmul, all_reduce");
+               "agmm_op_name gives ag_matmul, all_reduce, all_reduce_rmsnorm");
 }
 
 /* ---- the public queries in a CPU world ---- */

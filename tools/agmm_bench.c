@@ -58,7 +58,7 @@ static const char *const usage_head =
     "must equal the world size): rank 0 prints the table, the others only their errors, and every\n"
     "rank exits with the same status (docs/processes.md).\n";
 
-static const agmm_op ops[] = {AGMM_OP_AG_MATMUL, AGMM_OP_ALL_REDUCE};
+static const agmm_op ops[] = {AGMM_OP_AG_MATMUL, AGMM_OP_ALL_REDUCE, AGMM_OP_ALL_REDUCE_RMSNORM};
 
 void bench_usage(FILE *f)
 {
@@ -66,7 +66,7 @@ void bench_usage(FILE *f)
     fputs("\nBackends (the library's table):\n", f);
     for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++)
         for (int i = 0; agmm_backend_name(ops[o], i) != NULL; i++)
-            fprintf(f, "  %-10s %-11s %s\n", i == 0 ? agmm_op_name(ops[o]) : "", agmm_backend_name(ops[o], i),
+            fprintf(f, "  %-18s %-11s %s\n", i == 0 ? agmm_op_name(ops[o]) : "", agmm_backend_name(ops[o], i),
                     agmm_backend_summary(ops[o], agmm_backend_name(ops[o], i)));
 }
 

@@ -2,7 +2,7 @@
  * src/api).
  *
  * An operation (agmm_op) is a descriptor type, an io type and their checks: op_ag_matmul.c,
- * op_all_reduce.c. plan.c drives every operation through this one interface, so a third
+ * op_all_reduce.c, op_all_reduce_rmsnorm.c. plan.c drives every operation through this one interface, so a third
  * operation is a new op_<name>.c, its descriptor in the plan's union (src/backends/backend.h),
  * its public create/run functions, and its backends. */
 #ifndef AGMM_API_API_H
@@ -36,6 +36,7 @@ typedef struct {
 const agmm_op_type *agmm_op_type_of(agmm_op op);
 extern const agmm_op_type agmm_op_ag_matmul;
 extern const agmm_op_type agmm_op_all_reduce;
+extern const agmm_op_type agmm_op_all_reduce_rmsnorm;
 
 /* The implementation of b that would run in `world`, or NULL with why (why_len bytes) saying
  * why not ("skipped: needs NCCL, but ranks share a GPU ..."). */

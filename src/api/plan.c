@@ -16,6 +16,7 @@ const agmm_op_type *agmm_op_type_of(agmm_op op)
     switch (op) {
     case AGMM_OP_AG_MATMUL: return &agmm_op_ag_matmul;
     case AGMM_OP_ALL_REDUCE: return &agmm_op_all_reduce;
+    case AGMM_OP_ALL_REDUCE_RMSNORM: return &agmm_op_all_reduce_rmsnorm;
     }
     return NULL;
 }
@@ -103,6 +104,11 @@ agmm_status agmm_plan_all_reduce(agmm_plan **out, agmm_ctx *ctx, const agmm_all_
     return plan_create(out, ctx, AGMM_OP_ALL_REDUCE, desc);
 }
 
+agmm_status agmm_plan_all_reduce_rmsnorm(agmm_plan **out, agmm_ctx *ctx, const agmm_all_reduce_rmsnorm_desc *desc)
+{
+    return plan_create(out, ctx, AGMM_OP_ALL_REDUCE_RMSNORM, desc);
+}
+
 void agmm_plan_destroy(agmm_plan *p)
 {
     if (p == NULL)
@@ -185,4 +191,9 @@ agmm_status agmm_ag_matmul(agmm_plan *plan, const agmm_ag_matmul_io *io, void *s
 agmm_status agmm_all_reduce(agmm_plan *plan, const agmm_all_reduce_io *io, void *stream)
 {
     return plan_run(plan, AGMM_OP_ALL_REDUCE, io, stream);
+}
+
+agmm_status agmm_all_reduce_rmsnorm(agmm_plan *plan, const agmm_all_reduce_rmsnorm_io *io, void *stream)
+{
+    return plan_run(plan, AGMM_OP_ALL_REDUCE_RMSNORM, io, stream);
 }

@@ -30,6 +30,7 @@ const char *agmm_op_name(agmm_op op)
     switch (op) {
     case AGMM_OP_AG_MATMUL: return "ag_matmul";
     case AGMM_OP_ALL_REDUCE: return "all_reduce";
+    case AGMM_OP_ALL_REDUCE_RMSNORM: return "all_reduce_rmsnorm";
     }
     return "?";
 }

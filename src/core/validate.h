@@ -15,6 +15,9 @@
 agmm_status agmm_check_ag_matmul(const agmm_ag_matmul_desc *d, int nranks, agmm_error *err);
 /* n >= 1 and within AGMM_MAX_ELEMS; dtype known; reserved tail zero. */
 agmm_status agmm_check_all_reduce(const agmm_all_reduce_desc *d, agmm_error *err);
+/* tokens >= 1; hidden >= 8 and a multiple of 8 (16-byte rows); tokens * hidden within
+ * AGMM_MAX_ELEMS; eps > 0, finite, and neither 0 nor inf as fp32; reserved tail zero. */
+agmm_status agmm_check_all_reduce_rmsnorm(const agmm_all_reduce_rmsnorm_desc *d, agmm_error *err);
 /* AGMM_ERR_INVALID_ARG naming `what` unless the `bytes` at p are all zero. */
 agmm_status agmm_check_reserved(const void *p, size_t bytes, const char *what, agmm_error *err);
 /* a * b if it stays within AGMM_MAX_ELEMS, else -1. Both >= 0. */
