@@ -217,6 +217,8 @@ void arn_check_run(agmm_ctx *ctx, const char *backend, const arn_case *c, const 
     agmm_status st = agmm_plan_all_reduce_rmsnorm(&plan, ctx, &desc);
     if (st != AGMM_SUCCESS)
         fail(res, st, "plan", agmm_last_error(ctx));
+    else /* "auto": what the backend it chose must match */
+        d.expect = arn_expect_for(agmm_plan_backend(plan), agmm_ctx_device(ctx) >= 0, nranks);
     void *sym = NULL;
     if (c->symmetric_input && agmm_symmetric_alloc(ctx, rows + 16, &sym) != AGMM_SUCCESS)
         fail(res, AGMM_ERR_NO_MEMORY, "agmm_symmetric_alloc", agmm_last_error(ctx));

@@ -1,16 +1,18 @@
 /* all_reduce_rmsnorm in the CPU world: every backend of the table the CPU world runs, W = 1..8
  * threads, T divisible by W and not (T < W too), with and without bias and residual, residual
  * updated in place, x read from the caller's symmetric memory; the descriptor's and the io's
- * checks; a rank that never runs. The checks themselves (fp64 reference, the kernels' fp32
+ * checks; a rank that never runs; auto, static and measured. The checks themselves (fp64 reference, the kernels' fp32
  * order bit for bit, poisoned outputs) are arn_check.c's; here every rank must also give the
  * same bits, and one_shot and two_shot the same bits as each other. */
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "agmm.h"
+#include "api/tune.h"
 #include "arn_check.h"
 #include "core/error.h"
 #include "core/numeric.h"
@@ -256,8 +258,6 @@ void test_arn_validate(void)
          AGMM_ERR_INVALID_ARG, "reserved tail"},
         {"unknown backend", {.tokens = 4, .hidden = 8, .eps = 1e-6, .backend = "ce"}, AGMM_ERR_INVALID_ARG,
          "all_reduce_rmsnorm takes auto, nccl, one_shot or two_shot"},
-        {"auto, not yet", {.tokens = 4, .hidden = 8, .eps = 1e-6, .backend = NULL}, AGMM_ERR_UNSUPPORTED,
-         "cannot choose its backend yet"},
     };
     desc_job dj = {.cases = cases, .n = (int)(sizeof cases / sizeof cases[0])};
     agmm_world *world = test_cpu_world(2, 0);
@@ -373,4 +373,67 @@ void test_arn_timeout(void)
                    backends[b], agmm_status_str(job->st[0]), worst, TIMEOUT_S, job->msg[0]);
         free(job);
     }
+}
+
+/* ---- auto ---- */
+
+typedef struct {
+    agmm_status st[AGMM_MAX_RANKS];
+    char msg[AGMM_MAX_RANKS][AGMM_ERROR_LEN];
+    const char *backend[AGMM_MAX_RANKS];
+    agmm_tune_result last[AGMM_MAX_RANKS];
+    arn_result res[AGMM_MAX_RANKS];
+} auto_job;
+
+static agmm_status auto_rank(agmm_ctx *ctx, void *arg)
+{
+    auto_job *j = arg;
+    const int rank = agmm_ctx_rank(ctx);
+    agmm_all_reduce_rmsnorm_desc d = {.tokens = 9, .hidden = 264, .eps = 1e-6};
+    agmm_plan *plan = NULL;
+    j->st[rank] = agmm_plan_all_reduce_rmsnorm(&plan, ctx, &d);
+    snprintf(j->msg[rank], sizeof j->msg[rank], "%s", agmm_last_error(ctx));
+    j->backend[rank] = agmm_plan_backend(plan);
+    j->last[rank] = *agmm_tune_last(ctx);
+    agmm_plan_destroy(plan);
+    /* The choice runs right, planned again through auto (rank 0's memory now). */
+    const arn_case c = {9, 264, 1e-6, 1, 1, 0, 0, 1};
+    arn_check_run(ctx, "auto", &c, &arn_dev_host, 1, 0x4a70, &j->res[rank]);
+    return AGMM_SUCCESS;
+}
+
+void test_arn_auto(void)
+{
+    for (int measured = 0; measured < 2; measured++) {
+        if (measured) {
+            setenv("AGMM_TUNE", "1", 1);
+            setenv("AGMM_TUNE_CACHE", "", 1); /* no file: measure every time */
+        }
+        auto_job *j = calloc(1, sizeof *j);
+        agmm_world *world = test_cpu_world(3, 0);
+        if (world) {
+            agmm_world_run(world, auto_rank, j);
+            agmm_world_destroy(world);
+        }
+        int ok = world != NULL;
+        for (int r = 0; r < 3; r++)
+            ok &= j->st[r] == AGMM_SUCCESS && j->backend[r] && strcmp(j->backend[r], j->backend[0]) == 0 &&
+                  j->res[r].runs == 1;
+        const agmm_tune_result *t = &j->last[0];
+        if (measured)
+            ok &= t->how == AGMM_TUNE_MEASURED && t->ncand == 3 && t->choice && t->cand_us[0] >= 0 &&
+                  t->cand_us[1] >= 0 && t->cand_us[2] >= 0;
+        else
+            ok &= t->how == AGMM_TUNE_STATIC && strcmp(j->backend[0], "one_shot") == 0;
+        agmm_check(ok,
+                   "all_reduce_rmsnorm auto W=3 T=9 H=264, %s: every rank takes %s (%s %.0f/%.0f/%.0f us), and its "
+                   "run is right%s%s%s",
+                   measured ? "AGMM_TUNE=1 measures nccl, one_shot, two_shot" : "CPU default: the static rule",
+                   j->backend[0] ? j->backend[0] : "(none)", t->how == AGMM_TUNE_MEASURED ? "measured" : "static",
+                   t->cand_us[0], t->cand_us[1], t->cand_us[2], j->msg[0][0] || j->res[0].msg[0] ? ": " : "",
+                   j->msg[0], j->res[0].msg);
+        free(j);
+    }
+    unsetenv("AGMM_TUNE");
+    unsetenv("AGMM_TUNE_CACHE");
 }

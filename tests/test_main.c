@@ -23,6 +23,7 @@ static const agmm_test_case cases[] = {
     {"cpu/ar_norm/backends", test_arn_cpu_backends},
     {"cpu/ar_norm/validate", test_arn_validate},
     {"cpu/ar_norm/timeout", test_arn_timeout},
+    {"cpu/ar_norm/auto", test_arn_auto},
     {"cpu/fused/waits", test_cpu_fused_waits},
     {"cpu/timeout/missing_rank", test_cpu_timeout_missing_rank},
     {"cpu/timeout/chunk", test_cpu_timeout_chunk},
@@ -48,6 +49,7 @@ static const agmm_test_case cases[] = {
     {"tune/measured", test_tune_measured},
     {"tune/agreement", test_tune_agreement},
     {"tune/off", test_tune_off},
+    {"tune/op_types", test_tune_op_types},
 };
 
 int main(int argc, char **argv)

@@ -5,19 +5,9 @@
 #include "../core/text.h"
 #include "../core/validate.h"
 
-static agmm_status check(const void *vdesc, int nranks, agmm_error *err)
+static agmm_status check(const void *desc, int nranks, agmm_error *err)
 {
-    const agmm_all_reduce_rmsnorm_desc *d = vdesc;
-    agmm_status st = agmm_check_all_reduce_rmsnorm(d, err);
-    /* `auto` measures through tune.c, which is being made op-agnostic (op-type hooks): until this
-     * operation has its hooks, a backend must be named. */
-    if (st == AGMM_SUCCESS && agmm_backend_is_auto(d->backend)) {
-        char list[256];
-        agmm_backend_list(AGMM_OP_ALL_REDUCE_RMSNORM, list, sizeof list);
-        return AGMM_FAIL(err, AGMM_ERR_UNSUPPORTED,
-                         "backend=auto: all_reduce_rmsnorm cannot choose its backend yet: name one of %s", list);
-    }
-    return st;
+    return agmm_check_all_reduce_rmsnorm(desc, err);
 }
 
 static const char *backend_of(const void *desc)
@@ -92,11 +82,37 @@ static agmm_status check_io(const agmm_plan *plan, const void *vio, agmm_error *
     return AGMM_SUCCESS;
 }
 
+/* eps as the backends use it: the fp32 value, in as many digits as tell fp32 values apart. */
 static size_t describe(const agmm_plan *plan, char *buf, size_t len)
 {
     const agmm_all_reduce_rmsnorm_desc *d = &plan->desc.arn;
-    return agmm_format(buf, len, "tokens=%lld hidden=%lld eps=%.17g", (long long)d->tokens, (long long)d->hidden,
-                       d->eps);
+    return agmm_format(buf, len, "tokens=%lld hidden=%lld eps=%.9g", (long long)d->tokens, (long long)d->hidden,
+                       (double)(float)d->eps);
+}
+
+/* y, residual_out, gamma, bias, residual: auto measures the whole fused step, bias and residual
+ * included. */
+static int scratch(const agmm_plan *plan, size_t bytes[])
+{
+    const size_t rows = (size_t)(plan->desc.arn.tokens * plan->desc.arn.hidden) * 2,
+                 row = (size_t)plan->desc.arn.hidden * 2;
+    bytes[0] = bytes[1] = bytes[4] = rows;
+    bytes[2] = bytes[3] = row;
+    return 5;
+}
+
+static agmm_status plan_with(agmm_plan **out, agmm_ctx *ctx, const void *desc, const char *backend)
+{
+    agmm_all_reduce_rmsnorm_desc d = *(const agmm_all_reduce_rmsnorm_desc *)desc;
+    d.backend = backend;
+    return agmm_plan_all_reduce_rmsnorm(out, ctx, &d);
+}
+
+static agmm_status run_scratch(agmm_plan *plan, void *const *buf, void *stream)
+{
+    agmm_all_reduce_rmsnorm_io io = {.y = buf[0], .residual_out = buf[1], .gamma = buf[2], .bias = buf[3],
+                                     .residual = buf[4]};
+    return agmm_all_reduce_rmsnorm(plan, &io, stream);
 }
 
 const agmm_op_type agmm_op_all_reduce_rmsnorm = {
@@ -107,4 +123,7 @@ const agmm_op_type agmm_op_all_reduce_rmsnorm = {
     .input_of = input_of,
     .check_io = check_io,
     .describe = describe,
+    .scratch = scratch,
+    .plan_with = plan_with,
+    .run_scratch = run_scratch,
 };
