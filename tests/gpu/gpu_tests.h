@@ -43,6 +43,7 @@ void test_auto_gpu(void);
 void test_ar_norm_gpu(void);
 void test_ar_norm_graph(void);
 void test_ar_norm_timeout(void);
+void test_ar_norm_small(void);    /* for test_sanitize: W = 1 and 2, two small cases */
 /* Timing at W = 1 of ce against nccl on the seed shapes; runs only with AGMM_GPUTEST_PERF=1. */
 void test_ag_matmul_perf_w1(void);
 
@@ -168,7 +169,8 @@ void test_graph_emulated(void);
 void test_steps_back_to_back(void);
 void test_steps_two_streams(void);
 /* A small subset of every kernel and backend for compute-sanitizer (bench/gpu_run.sh): graphs,
- * steps and two streams on few steps, the GEMM engine's configs, the pad barrier and flags. */
+ * steps and two streams on few steps, the GEMM engine's configs, the pad barrier and flags,
+ * all_reduce_rmsnorm's kernels (test_ar_norm_small). */
 void test_sanitize(void);
 /* Pieces of it from the other files. */
 void test_gemm_engine_small(void);    /* test_gemm_engine.c: every config on a small shape */
