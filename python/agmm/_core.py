@@ -19,6 +19,7 @@ from ._lib import raise_status
 _AG_MATMUL_FIELDS = ("op", "M (rows of a_shard)", "N (columns of b)", "K (columns of a_shard, rows of b)",
                      "layout of b", "backend", "splits")
 _ALL_REDUCE_FIELDS = ("op", "number of elements", "dtype", "backend")
+_ARN_FIELDS = ("op", "tokens (rows of x)", "hidden (the last dimension of x)", "eps", "backend")
 
 # The library's INVALID_ARG messages start with the field they are about ("K=100 is not ...");
 # these are the caller's arguments behind each field.
@@ -27,6 +28,9 @@ _AG_MATMUL_ARGS = {"M": "a_shard", "N": "b", "K": "a_shard and b (K)", "shape W"
                    "io->b": "b and the outputs (a_gathered, c)"}
 _ALL_REDUCE_ARGS = {"n": "the tensor (its number of elements)", "dtype": "the tensor's dtype",
                     "backend": "backend", "io->out": "the tensor", "io->input": "the tensor"}
+_ARN_ARGS = {"tokens": "x (its rows)", "hidden": "x (its last dimension)", "eps": "eps", "backend": "backend",
+             "io->input": "x", "io->y": "out (y)", "io->residual_out": "out (residual_out)", "io->gamma": "gamma",
+             "io->bias": "bias", "io->residual": "residual"}
 
 
 def _arg_namer(table):
@@ -37,8 +41,8 @@ def _arg_namer(table):
 
 
 def backend_names(op):
-    """The library's backends of `op` ("ag_matmul" or "all_reduce"), in its order; "auto" is not
-    one of them (it lets the library choose)."""
+    """The library's backends of `op` ("ag_matmul", "all_reduce" or "all_reduce_rmsnorm"), in its
+    order; "auto" is not one of them (it lets the library choose)."""
     lib, code, names = _lib.lib(), _lib.OPS[op], []
     while True:
         name = lib.agmm_backend_name(code, len(names))
@@ -155,6 +159,18 @@ class Context:
             plan.input_bytes = n * (4 if dtype == _lib.DTYPE_F32 else 2)
         return plan
 
+    def all_reduce_rmsnorm_plan(self, tokens, hidden, eps, backend, capturing=None):
+        key = ("all_reduce_rmsnorm", tokens, hidden, float(eps), backend)
+        plan = self._lookup(key, capturing)
+        if plan is None:
+            self.agree(key, _ARN_FIELDS, "all_reduce_rmsnorm")
+            desc = _lib.AllReduceRmsnormDesc(tokens=tokens, hidden=hidden, eps=eps,
+                                             backend=None if backend == "auto" else backend.encode())
+            plan = self._create(key, _lib.lib().agmm_plan_all_reduce_rmsnorm, desc, _lib.AllReduceRmsnormIo(),
+                                "all_reduce_rmsnorm", _ARN_ARGS)
+            plan.input_bytes = tokens * hidden * 2
+        return plan
+
     def _lookup(self, key, capturing=None):
         plan = self._plans.get(key)
         if plan is None and capturing is not None:
@@ -208,6 +224,16 @@ class Context:
         st = _lib.lib().agmm_all_reduce(plan.ptr, ctypes.byref(io), stream)
         if st != _lib.SUCCESS:
             self.fail(st, "all_reduce", _arg_namer(_ALL_REDUCE_ARGS))
+        self.stats["runs"] += 1
+
+    def run_all_reduce_rmsnorm(self, plan, y, residual_out, gamma, bias, residual, input_ptr, stream):
+        """bias and residual: addresses, or None for none."""
+        io = plan.io
+        io.y, io.residual_out, io.gamma, io.bias, io.residual, io.input = (y, residual_out, gamma, bias, residual,
+                                                                           input_ptr)
+        st = _lib.lib().agmm_all_reduce_rmsnorm(plan.ptr, ctypes.byref(io), stream)
+        if st != _lib.SUCCESS:
+            self.fail(st, "all_reduce_rmsnorm", _arg_namer(_ARN_ARGS))
         self.stats["runs"] += 1
 
     def count_copy_in(self, nbytes):
