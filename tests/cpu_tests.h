@@ -35,6 +35,7 @@ void test_arn_cpu_backends(void);
 void test_arn_validate(void);
 void test_arn_timeout(void);
 void test_arn_auto(void);
+void test_arn_faults(void);
 
 /* test_cpu_protocols.c: per-chunk waits of the fused GEMM, timeouts. */
 void test_cpu_fused_waits(void);

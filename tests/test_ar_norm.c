@@ -1,7 +1,7 @@
 /* all_reduce_rmsnorm in the CPU world: every backend of the table the CPU world runs, W = 1..8
  * threads, T divisible by W and not (T < W too), with and without bias and residual, residual
  * updated in place, x read from the caller's symmetric memory; the descriptor's and the io's
- * checks; a rank that never runs; auto, static and measured. The checks themselves (fp64 reference, the kernels' fp32
+ * checks; a rank that never runs; auto, static and measured; AGMM_FAULT at the run point. The checks themselves (fp64 reference, the kernels' fp32
  * order bit for bit, poisoned outputs) are arn_check.c's; here every rank must also give the
  * same bits, and one_shot and two_shot the same bits as each other. */
 #include <math.h>
@@ -436,4 +436,72 @@ void test_arn_auto(void)
     }
     unsetenv("AGMM_TUNE");
     unsetenv("AGMM_TUNE_CACHE");
+}
+
+/* ---- faults (AGMM_FAULT at the run point) ---- */
+
+typedef struct {
+    const char *backend;
+    int exit_fault;            /* 1: rank 1 exits at its run; 0: it is delayed 20 ms */
+    pthread_barrier_t done;
+    arn_result res[3];
+    agmm_status st[3];
+    char msg[3][AGMM_ERROR_LEN];
+} fault_job;
+
+static agmm_status fault_rank(agmm_ctx *ctx, void *arg)
+{
+    fault_job *j = arg;
+    const int rank = agmm_ctx_rank(ctx);
+    const arn_case c = {7, 264, 1e-6, 1, 1, 0, 0, 1};
+    if (!j->exit_fault) {
+        arn_check_run(ctx, j->backend, &c, &arn_dev_host, 2, 0xfa17, &j->res[rank]);
+        return AGMM_SUCCESS;
+    }
+    agmm_all_reduce_rmsnorm_desc d = {.tokens = 7, .hidden = 264, .eps = 1e-6, .backend = j->backend};
+    agmm_plan *plan = NULL;
+    static uint16_t bufs[3][3][7 * 264];
+    j->st[rank] = agmm_plan_all_reduce_rmsnorm(&plan, ctx, &d);
+    if (j->st[rank] == AGMM_SUCCESS) {
+        agmm_all_reduce_rmsnorm_io io = {.y = bufs[rank][0], .residual_out = bufs[rank][1], .gamma = bufs[rank][2]};
+        j->st[rank] = agmm_all_reduce_rmsnorm(plan, &io, NULL);
+    }
+    snprintf(j->msg[rank], sizeof j->msg[rank], "%s", agmm_last_error(ctx));
+    pthread_barrier_wait(&j->done); /* nobody frees while a peer is still in the faulted run */
+    agmm_plan_destroy(plan);
+    return AGMM_SUCCESS;
+}
+
+void test_arn_faults(void)
+{
+    static const char *const backends[] = {"nccl", "one_shot", "two_shot"};
+    for (int e = 0; e < 2; e++)
+        for (int b = 0; b < 3; b++) {
+            fault_job *j = calloc(1, sizeof *j);
+            j->backend = backends[b];
+            j->exit_fault = e;
+            pthread_barrier_init(&j->done, NULL, 3);
+            setenv("AGMM_FAULT", e ? "rank=1,at=run,action=exit" : "rank=1,at=run,action=delay,ms=20", 1);
+            agmm_world *world = test_cpu_world(3, e ? TIMEOUT_S : 0);
+            if (world) {
+                agmm_world_run(world, fault_rank, j);
+                agmm_world_destroy(world);
+            }
+            unsetenv("AGMM_FAULT");
+            pthread_barrier_destroy(&j->done);
+            if (!e) {
+                int ok = world != NULL;
+                for (int r = 0; r < 3; r++)
+                    ok &= j->res[r].runs == 2;
+                agmm_check(ok, "all_reduce_rmsnorm/%s W=3, rank 1 delayed 20 ms at every run: every result right "
+                           "(2 runs)%s%s", backends[b], j->res[0].msg[0] ? ": " : "", j->res[0].msg);
+            } else {
+                int ok = world != NULL && j->st[1] == AGMM_ERR_INTERNAL && strstr(j->msg[1], "injected fault");
+                for (int r = 0; r < 3; r += 2)
+                    ok &= j->st[r] == AGMM_ERR_TIMEOUT && strstr(j->msg[r], "rank 1 never arrived") != NULL;
+                agmm_check(ok, "all_reduce_rmsnorm/%s W=3, rank 1 exits at its run: rank 1 %s, ranks 0 and 2 %s "
+                           "(\"%s\")", backends[b], agmm_status_str(j->st[1]), agmm_status_str(j->st[0]), j->msg[0]);
+            }
+            free(j);
+        }
 }

@@ -24,6 +24,7 @@ static const agmm_test_case cases[] = {
     {"cpu/ar_norm/validate", test_arn_validate},
     {"cpu/ar_norm/timeout", test_arn_timeout},
     {"cpu/ar_norm/auto", test_arn_auto},
+    {"cpu/ar_norm/faults", test_arn_faults},
     {"cpu/fused/waits", test_cpu_fused_waits},
     {"cpu/timeout/missing_rank", test_cpu_timeout_missing_rank},
     {"cpu/timeout/chunk", test_cpu_timeout_chunk},
