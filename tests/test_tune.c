@@ -412,7 +412,7 @@ static const op_sample samples[] = {
 
 typedef struct {
     int checked, failed;
-    char msg[512];
+    char msg[1024]; /* a key (up to 511 bytes) and the figures around it */
 } op_types_job;
 
 static agmm_status op_types_rank(agmm_ctx *ctx, void *arg)

@@ -4,7 +4,8 @@
  * message: small T.
  *
  * GPU: kernels/all_reduce_rmsnorm.cu has the kernel. The plan owns a symmetric signal pad (grid x W
- * uint32 per rank, epoch-valued flags, never reset), as all_reduce's one_shot.
+ * uint32 per rank, epoch-valued flags, never reset), as all_reduce's one_shot; at W = 1 none: the
+ * kernel is then the epilogue alone, with no barrier.
  * CPU world: the one pass of all_reduce_rmsnorm_cpu.h. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -31,7 +32,7 @@ static const agmm_backend_impl one_shot_cpu_impl = {
 #include "../world/rank_gpu.h"
 
 typedef struct {
-    agmm_symm_buf *pad;  /* signal pad: grid * nranks flags per rank */
+    agmm_symm_buf *pad;  /* signal pad: grid * nranks flags per rank; none at W = 1 */
     int grid;            /* blocks per rank, equal on every rank */
 } one_shot_impl;
 
@@ -57,12 +58,18 @@ static agmm_status gpu_create(agmm_plan *plan)
     cudaError_t ce = cudaSetDevice(ri->device);
     if (ce != cudaSuccess)
         return AGMM_FAIL(err, AGMM_ERR_CUDA, "cudaSetDevice(%d): %s", ri->device, cudaGetErrorString(ce));
+    /* W = 1: no peer to wait for (the kernel has no barrier), so the grid need not stay resident
+     * together: the norm kernel's, a block per row up to 8 per SM. */
+    const int64_t rows = plan->desc.arn.tokens;
+    if (ri->nranks == 1) {
+        im->grid = agmm_arn_norm_grid(rows, agmm_ctx_gpu(ctx)->num_sms);
+        return AGMM_SUCCESS;
+    }
     int max_blocks = 1;
     agmm_status st = agmm_gpu_agreed_sm_share(ctx, &max_blocks);
     if (st != AGMM_SUCCESS)
         return st;
     /* A block per row until the SM share is used up, then rows b, b + grid, ... */
-    const int64_t rows = plan->desc.arn.tokens;
     im->grid = rows < max_blocks ? (int)rows : max_blocks;
     return agmm_symm_alloc(ctx, (size_t)im->grid * (size_t)ri->nranks * sizeof(uint32_t), &im->pad);
 }
@@ -78,7 +85,7 @@ static agmm_status gpu_run(agmm_plan *plan, const void *vio, void *stream)
     agmm_arn_args a = {0};
     a.in = plan->in->d_peer;
     a.in_offset = plan->in_offset;
-    a.pad = im->pad->d_peer;
+    a.pad = im->pad ? im->pad->d_peer : NULL;
     a.y = io->y;
     a.residual_out = io->residual_out;
     a.gamma = io->gamma;
@@ -99,11 +106,12 @@ static agmm_status gpu_run(agmm_plan *plan, const void *vio, void *stream)
     return agmm_gpu_note_run(ctx, (cudaStream_t)stream);
 }
 
-/* The pad: grid <= SMs. */
+/* The pad: grid <= SMs (none at W = 1). */
 static void gpu_mem_need(const agmm_plan *plan, agmm_mem_need *need)
 {
-    need->symmetric_bytes += (uint64_t)agmm_ctx_gpu(plan->ctx)->num_sms *
-                             (uint64_t)agmm_ctx_info(plan->ctx)->nranks * sizeof(uint32_t);
+    const int nranks = agmm_ctx_info(plan->ctx)->nranks;
+    if (nranks > 1)
+        need->symmetric_bytes += (uint64_t)agmm_ctx_gpu(plan->ctx)->num_sms * (uint64_t)nranks * sizeof(uint32_t);
 }
 
 static const agmm_backend_impl one_shot_gpu_impl = {

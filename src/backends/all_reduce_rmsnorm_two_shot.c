@@ -7,7 +7,7 @@
  *
  * GPU: kernels/all_reduce_rmsnorm.cu has the kernel and why it needs no closing barrier. The plan
  * owns a symmetric signal pad (grid x W uint32 per rank, epoch-valued flags, never reset) and the
- * symmetric result buffer (2 x T x H bf16).
+ * symmetric result buffer (2 x T x H bf16); at W = 1 neither (the kernel is the epilogue alone).
  *
  * CPU world, the same protocol:
  *   barrier 1       every rank's input is written; and every rank has finished the previous run's
@@ -140,6 +140,12 @@ static agmm_status gpu_create(agmm_plan *plan)
     cudaError_t ce = cudaSetDevice(ri->device);
     if (ce != cudaSuccess)
         return AGMM_FAIL(err, AGMM_ERR_CUDA, "cudaSetDevice(%d): %s", ri->device, cudaGetErrorString(ce));
+    /* W = 1: no peer, so no barrier, pad or result buffer (kernels/all_reduce_rmsnorm.cu): the
+     * norm kernel's grid. */
+    if (ri->nranks == 1) {
+        im->grid = agmm_arn_norm_grid(d->tokens, agmm_ctx_gpu(ctx)->num_sms);
+        return AGMM_SUCCESS;
+    }
     int max_blocks = 1;
     agmm_status st = agmm_gpu_agreed_sm_share(ctx, &max_blocks);
     if (st != AGMM_SUCCESS)
@@ -164,8 +170,8 @@ static agmm_status gpu_run(agmm_plan *plan, const void *vio, void *stream)
     agmm_arn_args a = {0};
     a.in = plan->in->d_peer;
     a.in_offset = plan->in_offset;
-    a.res = im->res->d_peer;
-    a.pad = im->pad->d_peer;
+    a.res = im->res ? im->res->d_peer : NULL;
+    a.pad = im->pad ? im->pad->d_peer : NULL;
     a.y = io->y;
     a.residual_out = io->residual_out;
     a.gamma = io->gamma;
@@ -186,12 +192,13 @@ static agmm_status gpu_run(agmm_plan *plan, const void *vio, void *stream)
     return agmm_gpu_note_run(ctx, (cudaStream_t)stream);
 }
 
-/* The pad (grid <= SMs) and the result buffer. */
+/* The pad (grid <= SMs) and the result buffer; neither at W = 1. */
 static void gpu_mem_need(const agmm_plan *plan, agmm_mem_need *need)
 {
-    need->symmetric_bytes += (uint64_t)agmm_ctx_gpu(plan->ctx)->num_sms *
-                                 (uint64_t)agmm_ctx_info(plan->ctx)->nranks * sizeof(uint32_t) +
-                             2 * (uint64_t)(plan->desc.arn.tokens * plan->desc.arn.hidden) * 2;
+    const int nranks = agmm_ctx_info(plan->ctx)->nranks;
+    if (nranks > 1)
+        need->symmetric_bytes += (uint64_t)agmm_ctx_gpu(plan->ctx)->num_sms * (uint64_t)nranks * sizeof(uint32_t) +
+                                 2 * (uint64_t)(plan->desc.arn.tokens * plan->desc.arn.hidden) * 2;
 }
 
 static const agmm_backend_impl two_shot_gpu_impl = {

@@ -216,28 +216,36 @@ __global__ void __launch_bounds__(kLanes) arn_norm_kernel(const agmm_arn_args a)
         norm_row(a, sum, 1, t, nullptr, nullptr, s_warp);
 }
 
+/* W = 1: no peer, so no barrier, no epoch and no pad (a.pad is NULL): stream order alone makes
+ * the input complete and keeps the caller from rewriting it while it is read. */
 __global__ void __launch_bounds__(kLanes, 1) arn_one_shot_kernel(const agmm_arn_args a)
 {
     const agmm_pad_sync sync = pad_sync(a);
-    const uint32_t e = agmm_pad_run_epoch(sync);
+    const bool peers = a.nranks > 1;
+    const uint32_t e = peers ? agmm_pad_run_epoch(sync) : 0u;
     __shared__ const uint4 *s_in[AGMM_MAX_RANKS];
     __shared__ float s_warp[kWarps];
     for (int p = threadIdx.x; p < a.nranks; p += kLanes)
         s_in[p] = reinterpret_cast<const uint4 *>(static_cast<const unsigned char *>(a.in[p]) + a.in_offset);
     /* Opening barrier (its __syncthreads also publishes s_in to the block). Inputs were written by
      * earlier work on each rank's stream, complete before that rank's kernel started. */
-    if (!agmm_pad_barrier(sync, e, 2u * e - 1u))
+    if (peers && !agmm_pad_barrier(sync, e, 2u * e - 1u))
         return;
+    if (!peers)
+        __syncthreads();
     for (int64_t t = blockIdx.x; t < a.tokens; t += a.grid)
         norm_row(a, s_in, a.nranks, t, nullptr, nullptr, s_warp);
     /* Closing barrier: no rank returns while a peer's block may still load its input. */
-    (void)agmm_pad_barrier(sync, e, 2u * e);
+    if (peers)
+        (void)agmm_pad_barrier(sync, e, 2u * e);
 }
 
+/* W = 1: as one_shot (no barrier, no pad), and nothing goes to res: no peer reads it. */
 __global__ void __launch_bounds__(kLanes, 1) arn_two_shot_kernel(const agmm_arn_args a)
 {
     const agmm_pad_sync sync = pad_sync(a);
-    const uint32_t e = agmm_pad_run_epoch(sync);
+    const bool peers = a.nranks > 1;
+    const uint32_t e = peers ? agmm_pad_run_epoch(sync) : 0u;
     __shared__ const uint4 *s_in[AGMM_MAX_RANKS];
     __shared__ const uint4 *s_res[AGMM_MAX_RANKS];
     __shared__ float s_warp[kWarps];
@@ -245,12 +253,18 @@ __global__ void __launch_bounds__(kLanes, 1) arn_two_shot_kernel(const agmm_arn_
     const int64_t T = a.tokens, nv = a.hidden / 8;
     for (int p = threadIdx.x; p < W; p += kLanes) {
         s_in[p] = reinterpret_cast<const uint4 *>(static_cast<const unsigned char *>(a.in[p]) + a.in_offset);
-        s_res[p] = static_cast<const uint4 *>(a.res[p]);
+        s_res[p] = peers ? static_cast<const uint4 *>(a.res[p]) : nullptr;
     }
     /* Opening barrier: inputs complete everywhere, and every peer's block b is past run e-1's
      * all-gather (no pull of this block's rows of our res is pending) before we overwrite them. */
-    if (!agmm_pad_barrier(sync, e, 2u * e - 1u))
+    if (peers && !agmm_pad_barrier(sync, e, 2u * e - 1u))
         return;
+    if (!peers) {
+        __syncthreads(); /* s_in to the block */
+        for (int64_t t = blockIdx.x; t < T; t += a.grid)
+            norm_row(a, s_in, 1, t, nullptr, nullptr, s_warp);
+        return;
+    }
 
     /* Reduce-scatter with the epilogue: our rows of this block. */
     uint4 *res_y = const_cast<uint4 *>(s_res[r]), *res_r = res_y + T * nv;

@@ -17,7 +17,8 @@
  *
  * Grid: one_shot and two_shot, `grid` blocks equal on every rank and at most the SMs this rank may
  * hold while it spins (the plan's agreed share, as all_reduce); the norm kernel has no waits and
- * takes agmm_arn_norm_grid. Plain C11 (host C includes it). */
+ * takes agmm_arn_norm_grid, and so do one_shot and two_shot at W = 1, where they have no peer, no
+ * barrier and no pad (pad and res NULL): the epilogue alone. Plain C11 (host C includes it). */
 #ifndef AGMM_KERNELS_ALL_REDUCE_RMSNORM_H
 #define AGMM_KERNELS_ALL_REDUCE_RMSNORM_H
 
