@@ -220,17 +220,18 @@ static agmm_status io_rank(agmm_ctx *ctx, void *arg)
 typedef struct {
     const desc_case *cases;
     int n;
-    agmm_status st[32];
-    char msg[32][AGMM_ERROR_LEN];
+    agmm_status st[2][32];              /* per rank */
+    char msg[2][32][AGMM_ERROR_LEN];
 } desc_job;
 
 static agmm_status desc_rank(agmm_ctx *ctx, void *arg)
 {
     desc_job *job = arg;
+    const int rank = agmm_ctx_rank(ctx);
     for (int i = 0; i < job->n; i++) {
         agmm_plan *plan = NULL;
-        job->st[i] = agmm_plan_all_reduce_rmsnorm(&plan, ctx, &job->cases[i].d);
-        snprintf(job->msg[i], sizeof job->msg[i], "%s", agmm_last_error(ctx));
+        job->st[rank][i] = agmm_plan_all_reduce_rmsnorm(&plan, ctx, &job->cases[i].d);
+        snprintf(job->msg[rank][i], sizeof job->msg[rank][i], "%s", agmm_last_error(ctx));
         agmm_plan_destroy(plan);
     }
     return AGMM_SUCCESS;
@@ -259,15 +260,17 @@ void test_arn_validate(void)
         {"unknown backend", {.tokens = 4, .hidden = 8, .eps = 1e-6, .backend = "ce"}, AGMM_ERR_INVALID_ARG,
          "all_reduce_rmsnorm takes auto, nccl, one_shot or two_shot"},
     };
-    desc_job dj = {.cases = cases, .n = (int)(sizeof cases / sizeof cases[0])};
+    static desc_job dj;
+    dj = (desc_job){.cases = cases, .n = (int)(sizeof cases / sizeof cases[0])};
     agmm_world *world = test_cpu_world(2, 0);
     if (world == NULL)
         return;
     agmm_world_run(world, desc_rank, &dj);
     for (int i = 0; i < dj.n; i++)
-        agmm_check(dj.st[i] == cases[i].want && strstr(dj.msg[i], cases[i].says) != NULL,
-                   "all_reduce_rmsnorm desc, %s: %s (want %s) \"%s\"", cases[i].what, agmm_status_str(dj.st[i]),
-                   agmm_status_str(cases[i].want), dj.msg[i]);
+        agmm_check(dj.st[0][i] == cases[i].want && strstr(dj.msg[0][i], cases[i].says) != NULL &&
+                       dj.st[1][i] == cases[i].want && strstr(dj.msg[1][i], cases[i].says) != NULL,
+                   "all_reduce_rmsnorm desc, %s: %s on both ranks (want %s) \"%s\"", cases[i].what,
+                   agmm_status_str(dj.st[0][i]), agmm_status_str(cases[i].want), dj.msg[0][i]);
     agmm_world_destroy(world);
 
     io_job *job = calloc(1, sizeof *job);
