@@ -156,6 +156,20 @@ rc=$?
 check "CPU all_reduce run exits 0 (got $rc; $(tail -c 200 "$tmp/err"))" $rc
 grep -q "busbw" "$tmp/out"; check "all_reduce table has busbw" $?
 
+# The row-parallel matmuls: odd shapes (M < W, M not divisible by W, odd N) checked and timed on
+# every CPU backend, one CSV line per shape and backend; their own shape check.
+for op in matmul_reduce_scatter matmul_all_reduce; do
+    "$bench" --world cpu --op $op --ranks 3 --shape 2,33,16 --shape 40,24,72 --warmup 0 --iters 1 \
+        --csv "$tmp/$op.csv" >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    nb=$("$bench" --list-backends | grep -c "^| $op |")
+    rows=$(grep -c -E '^\((2, 33, 16|40, 24, 72)\) +bf16( +[0-9.]+)+  [a-z_]+$' "$tmp/out")
+    [ $rc -eq 0 ] && [ "$rows" -eq 2 ] && [ "$(grep -c "^$op,cpu,3," "$tmp/$op.csv")" -eq $((2 * nb)) ]
+    check "CPU $op run: exit 0, both odd shapes timed on its $nb backends with a Best Backend, CSV lines (got $rc, $rows rows; $(tail -c 200 "$tmp/err"))" $?
+done
+bad "matmul_reduce_scatter: K=12" --world cpu --op matmul_reduce_scatter --shape 8,8,12
+bad "matmul_all_reduce: N=12 is not a multiple of 8" --world cpu --op matmul_all_reduce --b-layout row --shape 8,12,8
+bad --sizes --op matmul_all_reduce --sizes 8
 "$bench" --world cpu --op all_reduce_rmsnorm --ranks 3 --tokens 1,7 --hidden 264,1032 --backends nccl,one_shot,two_shot,auto \
     --warmup 0 --iters 1 --csv "$tmp/arn.csv" >"$tmp/out" 2>"$tmp/err"
 rc=$?
@@ -169,6 +183,24 @@ rc=$?
 sed -n '/<!-- backends: begin -->/,/<!-- backends: end -->/p' "$(dirname "$0")/../README.md" | sed '1d;$d' >"$tmp/rt"
 [ $rc -eq 0 ] && [ -s "$tmp/lb" ] && cmp -s "$tmp/lb" "$tmp/rt"
 check "README's backend table is agmm-bench --list-backends verbatim (got $rc; regenerate it from that output)" $?
+
+# The README's list of environment variables is the library's knob table, verbatim, and the library
+# reads AGMM_* variables only through that table.
+"$bench" --list-knobs >"$tmp/lk" 2>"$tmp/err"
+rc=$?
+sed -n '/<!-- knobs: begin -->/,/<!-- knobs: end -->/p' "$(dirname "$0")/../README.md" | sed '1d;$d' >"$tmp/rk"
+[ $rc -eq 0 ] && [ -s "$tmp/lk" ] && cmp -s "$tmp/lk" "$tmp/rk"
+check "README's environment list is agmm-bench --list-knobs verbatim (got $rc; regenerate it from that output)" $?
+"$bench" --help | grep -q "^  AGMM_TIMEOUT_S  *a number in"
+check "agmm-bench --help lists the knobs" $?
+src=$(dirname "$0")/../src
+direct=$(grep -rn 'getenv("AGMM_' "$src" "$(dirname "$0")/../tools" | grep -v 'src/core/knobs.c')
+[ -z "$direct" ]
+check "no AGMM_* variable is read outside the knob table (src/core/knobs.c): ${direct:-none}" $?
+AGMM_TIMEOUT_S=0 "$bench" --world cpu --check >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "AGMM_TIMEOUT_S=0: must be a number in" "$tmp/err"
+check "a bad knob (AGMM_TIMEOUT_S=0) exits 2 naming it before any device starts (got $rc: $(head -c 200 "$tmp/err"))" $?
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -21,6 +21,7 @@ void test_validate_host_collective_order(void);
 /* test_backends.c: the backend table and the public backend queries. */
 void test_backend_table(void);
 void test_backend_queries(void);
+void test_backend_limits(void);
 
 /* test_cpu_backends.c: every CPU backend against the fp64 reference. */
 void test_cpu_reference(void);
@@ -29,6 +30,15 @@ void test_cpu_ag_matmul_random(void);
 void test_cpu_all_reduce(void);
 void test_cpu_auto_backend(void);
 
+/* test_matmul_reduce.c: matmul_reduce_scatter and matmul_all_reduce, every CPU backend. */
+void test_matmul_reduce_exact(void);
+void test_matmul_reduce_random(void);
+void test_matmul_reduce_auto(void);
+void test_matmul_reduce_rows(void);
+void test_matmul_reduce_bad_args(void);
+/* proc_matmul_reduce.c (agmm-proctest): one backend of a row-parallel matmul on odd shapes, in a
+ * world of processes; PASS/FAIL lines per shape. stream: the rank's cudaStream_t on GPUs. */
+void proc_matmul_reduce(agmm_ctx *ctx, int nranks, int gpu, void *stream, agmm_op op, const char *backend);
 /* test_ar_norm.c: all_reduce_rmsnorm's CPU backends, checks and bounded waits. */
 void test_arn_numerics(void);
 void test_arn_cpu_backends(void);
@@ -94,6 +104,11 @@ void test_tune_measured(void);
 void test_tune_agreement(void);
 void test_tune_off(void);
 void test_tune_op_types(void);
+
+/* test_knobs.c: the knob table, its values, and what reaches the worlds. */
+void test_knobs_table(void);
+void test_knobs_values(void);
+void test_knobs_worlds(void);
 
 /* Helpers of the CPU tests (test_cpu_backends.c). */
 /* A CPU world of nranks ranks (timeout_s 0: the default), or NULL after a FAIL line. */

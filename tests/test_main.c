@@ -14,11 +14,17 @@ static const agmm_test_case cases[] = {
     {"validate/host_order", test_validate_host_collective_order},
     {"backends/table", test_backend_table},
     {"backends/queries", test_backend_queries},
+    {"backends/limits", test_backend_limits},
     {"cpu/reference", test_cpu_reference},
     {"cpu/ag_matmul/exact", test_cpu_ag_matmul_exact},
     {"cpu/ag_matmul/random", test_cpu_ag_matmul_random},
     {"cpu/all_reduce", test_cpu_all_reduce},
     {"cpu/auto", test_cpu_auto_backend},
+    {"cpu/matmul_reduce/exact", test_matmul_reduce_exact},
+    {"cpu/matmul_reduce/random", test_matmul_reduce_random},
+    {"cpu/matmul_reduce/auto", test_matmul_reduce_auto},
+    {"cpu/matmul_reduce/rows", test_matmul_reduce_rows},
+    {"cpu/matmul_reduce/bad_args", test_matmul_reduce_bad_args},
     {"cpu/ar_norm/numerics", test_arn_numerics},
     {"cpu/ar_norm/backends", test_arn_cpu_backends},
     {"cpu/ar_norm/validate", test_arn_validate},
@@ -51,6 +57,9 @@ static const agmm_test_case cases[] = {
     {"tune/agreement", test_tune_agreement},
     {"tune/off", test_tune_off},
     {"tune/op_types", test_tune_op_types},
+    {"knobs/table", test_knobs_table},
+    {"knobs/values", test_knobs_values},
+    {"knobs/worlds", test_knobs_worlds},
 };
 
 int main(int argc, char **argv)

@@ -19,10 +19,15 @@ static const char *const usage_head =
     "Runs every backend of an operation over a sweep, checks each result, times it and prints the\n"
     "seed's table (one column per backend, Best Backend) and the extra figures.\n"
     "\n"
-    "  --op OP             ag_matmul (default), all_reduce or all_reduce_rmsnorm\n"
-    "  --shape M,N,K       an ag_matmul shape, M = rows per rank (repeatable)\n"
+    "  --op OP             ag_matmul (default), all_reduce, matmul_reduce_scatter,\n"
+    "                      matmul_all_reduce or all_reduce_rmsnorm\n"
+    "  --shape M,N,K       a matmul shape (repeatable); ag_matmul: M = rows per rank; the\n"
+    "                      row-parallel matmuls: M = rows of S (before the scatter), K = each\n"
+    "                      rank's slice of the reduced dimension\n"
     "  --shapes A:B:S      cube shapes M=N=K from A to B step S (default on GPUs: 256:4096:128,\n"
-    "                      the seed's 31 shapes; on the CPU: 64:256:64)\n"
+    "                      the seed's 31 shapes, and for the row-parallel matmuls the model\n"
+    "                      shapes 8192,8192,3584 and 8192,8192,1024, matmul_all_reduce first the\n"
+    "                      decode shapes M=1,8,32,128 N=8192 K=3584; on the CPU: 64:256:64)\n"
     "  --sizes LIST        all_reduce elements per rank, comma-separated; 2^E allowed\n"
     "                      (default: the seed's 4093,4096,5000,8192,8193,16384,16380,16387,\n"
     "                      2^15..2^20, and 2^22, 2^24, 2^27 on GPUs)\n"
@@ -34,6 +39,7 @@ static const char *const usage_head =
     "  --backends LIST     comma-separated backend names, auto too (default: every backend of the\n"
     "                      op that runs in the world); the backends are listed below\n"
     "  --list-backends     print the backends as a markdown table and exit\n"
+    "  --list-knobs        print the library's environment variables as a markdown table and exit\n"
     "  --world KIND        auto (default: GPUs if any, else the CPU), gpu, emulated, cpu\n"
     "  --ranks N           ranks (default: one per GPU; 4 on the CPU); with --world emulated,\n"
     "                      N ranks share the visible GPUs\n"
@@ -46,7 +52,7 @@ static const char *const usage_head =
     "  --splits S          chunks per rank for ce and fused (default 1)\n"
     "  --b-layout L        col (default: B^T contiguous, the seed's layout) or row\n"
     "  --dtype T           all_reduce element type: bf16 (default) or fp32\n"
-    "  --timeout SEC       bound on every wait for a peer (default 5)\n"
+    "  --timeout SEC       bound on every wait for a peer (default: AGMM_TIMEOUT_S, below)\n"
     "  --csv FILE          write every figure as CSV\n"
     "  --json FILE         write every figure as JSON\n"
     "  --fault SPEC        inject a fault: rank=R,at=POINT,action=ACTION[,ms=N] (the README's\n"
@@ -63,7 +69,8 @@ static const char *const usage_head =
     "must equal the world size): rank 0 prints the table, the others only their errors, and every\n"
     "rank exits with the same status (docs/processes.md).\n";
 
-static const agmm_op ops[] = {AGMM_OP_AG_MATMUL, AGMM_OP_ALL_REDUCE, AGMM_OP_ALL_REDUCE_RMSNORM};
+static const agmm_op ops[] = {AGMM_OP_AG_MATMUL, AGMM_OP_ALL_REDUCE, AGMM_OP_MATMUL_REDUCE_SCATTER,
+                             AGMM_OP_MATMUL_ALL_REDUCE, AGMM_OP_ALL_REDUCE_RMSNORM};
 
 void bench_usage(FILE *f)
 {
@@ -71,8 +78,27 @@ void bench_usage(FILE *f)
     fputs("\nBackends (the library's table):\n", f);
     for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++)
         for (int i = 0; agmm_backend_name(ops[o], i) != NULL; i++)
-            fprintf(f, "  %-18s %-11s %s\n", i == 0 ? agmm_op_name(ops[o]) : "", agmm_backend_name(ops[o], i),
+            fprintf(f, "  %-21s %-11s %s\n", i == 0 ? agmm_op_name(ops[o]) : "", agmm_backend_name(ops[o], i),
                     agmm_backend_summary(ops[o], agmm_backend_name(ops[o], i)));
+    fputs("\nEnvironment (the library's knobs, src/core/knobs.h; a value not allowed is an error naming it):\n", f);
+    for (int i = 0; i < AGMM_KNOB_COUNT; i++) {
+        const agmm_knob *k = agmm_knob_at((agmm_knob_id)i);
+        char allowed[256];
+        agmm_knob_allowed(k, allowed, sizeof allowed);
+        fprintf(f, "  %-20s %s; unset: %s\n  %-20s %s\n", k->var, allowed, k->def, "", k->doc);
+    }
+}
+
+/* The knob table as markdown: the README's list is this output (tests/cli_test.sh checks). */
+static void list_knobs(FILE *f)
+{
+    fputs("| variable | allowed | unset | what it does |\n|---|---|---|---|\n", f);
+    for (int i = 0; i < AGMM_KNOB_COUNT; i++) {
+        const agmm_knob *k = agmm_knob_at((agmm_knob_id)i);
+        char allowed[256];
+        agmm_knob_allowed(k, allowed, sizeof allowed);
+        fprintf(f, "| `%s` | %s | %s | %s |\n", k->var, allowed, k->def, k->doc);
+    }
 }
 
 /* The backend table as markdown: the README's table is this output (tests/cli_test.sh checks). */
@@ -205,7 +231,10 @@ static int check_shape(const bench_options *o, const int64_t shape[3], const cha
     agmm_ag_matmul_desc d = {.m = shape[0], .n = shape[1], .k = shape[2], .b_layout = o->b_layout,
                              .splits = o->splits};
     char why[512];
-    if (agmm_ext_check_ag_matmul(&d, 1, why, sizeof why) != AGMM_SUCCESS)
+    agmm_status st = o->op == AGMM_OP_AG_MATMUL
+                         ? agmm_ext_check_ag_matmul(&d, 1, why, sizeof why)
+                         : agmm_ext_check_matmul_reduce(o->op, shape[0], shape[1], shape[2], o->b_layout, why, sizeof why);
+    if (st != AGMM_SUCCESS)
         return bad(opt, val, why);
     return 0;
 }
@@ -304,6 +333,9 @@ int bench_parse(int argc, char **argv, bench_options *o)
         } else if (!strcmp(a, "--list-backends")) {
             list_backends(stdout);
             return 1;
+        } else if (!strcmp(a, "--list-knobs")) {
+            list_knobs(stdout);
+            return 1;
         } else if (!strcmp(a, "--no-flush")) {
             o->flush = 0, takes = 0;
         } else if (!strcmp(a, "--check")) {
@@ -313,8 +345,11 @@ int bench_parse(int argc, char **argv, bench_options *o)
         } else if (!strcmp(a, "--op")) {
             if (!strcmp(v, "ag_matmul")) o->op = AGMM_OP_AG_MATMUL;
             else if (!strcmp(v, "all_reduce")) o->op = AGMM_OP_ALL_REDUCE;
+            else if (!strcmp(v, "matmul_reduce_scatter")) o->op = AGMM_OP_MATMUL_REDUCE_SCATTER;
+            else if (!strcmp(v, "matmul_all_reduce")) o->op = AGMM_OP_MATMUL_ALL_REDUCE;
             else if (!strcmp(v, "all_reduce_rmsnorm")) o->op = AGMM_OP_ALL_REDUCE_RMSNORM;
-            else return bad(a, v, "must be ag_matmul, all_reduce or all_reduce_rmsnorm");
+            else return bad(a, v, "must be ag_matmul, all_reduce, matmul_reduce_scatter, matmul_all_reduce or "
+                            "all_reduce_rmsnorm");
         } else if (!strcmp(a, "--shape")) {
             char f[3][32];
             if (nshape_flags == BENCH_MAX_ROWS)
@@ -383,12 +418,14 @@ int bench_parse(int argc, char **argv, bench_options *o)
         }
         i += takes;
     }
-    if (o->op != AGMM_OP_AG_MATMUL && (nshape_flags || shapes))
-        return bad("--shape/--shapes", NULL, "apply to --op ag_matmul; all_reduce takes --sizes, all_reduce_rmsnorm "
-                   "--tokens and --hidden");
-    if ((o->op != AGMM_OP_ALL_REDUCE && sizes) || (o->op == AGMM_OP_ALL_REDUCE_RMSNORM && dtype_set))
-        return bad(sizes ? "--sizes" : "--dtype", NULL, "applies to --op all_reduce (all_reduce_rmsnorm is bf16 "
-                   "and takes --tokens and --hidden)");
+    if ((o->op == AGMM_OP_ALL_REDUCE || o->op == AGMM_OP_ALL_REDUCE_RMSNORM) && (nshape_flags || shapes))
+        return bad("--shape/--shapes", NULL, "apply to the matmul operations; all_reduce takes --sizes, "
+                   "all_reduce_rmsnorm --tokens and --hidden");
+    if (o->op != AGMM_OP_ALL_REDUCE && sizes)
+        return bad("--sizes", sizes, "applies to --op all_reduce; the matmul operations take --shape or --shapes, "
+                   "all_reduce_rmsnorm --tokens and --hidden");
+    if (o->op == AGMM_OP_ALL_REDUCE_RMSNORM && dtype_set)
+        return bad("--dtype", NULL, "applies to --op all_reduce (all_reduce_rmsnorm is bf16)");
     if (o->op != AGMM_OP_ALL_REDUCE_RMSNORM && (tokens || hidden || o->eps != 1e-6))
         return bad("--tokens/--hidden/--eps", NULL, "apply to --op all_reduce_rmsnorm");
     if (check_backends(o, backend_names))
@@ -421,9 +458,15 @@ int bench_parse(int argc, char **argv, bench_options *o)
         return 2;
     if ((o->csv_path && check_output("--csv", o->csv_path)) || (o->json_path && check_output("--json", o->json_path)))
         return 2;
+    /* The library's knobs are checked here, so a bad one is exit 2 before any device starts. */
+    agmm_error knob_err = {AGMM_SUCCESS, ""};
+    agmm_knob_value fault;
+    if (agmm_knobs_check(&knob_err) != AGMM_SUCCESS)
+        return bad("environment", NULL, agmm_error_detail(knob_err.msg));
     /* A fault spec, from --fault or the environment, is checked here (exit 2 with the grammar);
      * --fault reaches the library as AGMM_FAULT. */
-    const char *spec = o->fault ? o->fault : getenv("AGMM_FAULT");
+    agmm_knob_read(AGMM_KNOB_FAULT, &fault, &knob_err);
+    const char *spec = o->fault ? o->fault : fault.text;
     char why[AGMM_ERROR_LEN];
     if (spec && agmm_ext_check_fault(spec, why, sizeof why) != AGMM_SUCCESS)
         return bad(o->fault ? "--fault" : "AGMM_FAULT", spec, why);
@@ -449,12 +492,7 @@ static void apply_defaults(bench_results *r, agmm_world *world)
         o->warmup = gpu ? 50 : 2;
     if (o->iters < 0)
         o->iters = gpu ? 100 : 5;
-    if (o->nrows == 0 && o->op == AGMM_OP_AG_MATMUL) {
-        for (int64_t s = gpu ? 256 : 64; s <= (gpu ? 4096 : 256); s += gpu ? 128 : 64) {
-            o->shapes[o->nrows][0] = o->shapes[o->nrows][1] = o->shapes[o->nrows][2] = s;
-            o->nrows++;
-        }
-    } else if (o->nrows == 0 && o->op == AGMM_OP_ALL_REDUCE_RMSNORM) {
+    if (o->nrows == 0 && o->op == AGMM_OP_ALL_REDUCE_RMSNORM) {
         const int64_t *t = gpu ? arn_gpu_tokens : arn_cpu_tokens, *h = gpu ? arn_gpu_hidden : arn_cpu_hidden;
         const int nt = gpu ? 6 : 3;
         for (int i = 0; i < nt; i++)
@@ -462,6 +500,24 @@ static void apply_defaults(bench_results *r, agmm_world *world)
                 o->shapes[o->nrows][0] = t[i];
                 o->shapes[o->nrows++][1] = h[k];
             }
+    } else if (o->nrows == 0 && o->op != AGMM_OP_ALL_REDUCE) {
+        /* matmul_all_reduce's case first: decode, M tokens of a 70B model's row-parallel layer at TP 8. */
+        for (int i = 0; gpu && o->op == AGMM_OP_MATMUL_ALL_REDUCE && i < 4; i++) {
+            o->shapes[o->nrows][0] = (int64_t[]){1, 8, 32, 128}[i];
+            o->shapes[o->nrows][1] = 8192, o->shapes[o->nrows][2] = 3584;
+            o->nrows++;
+        }
+        for (int64_t s = gpu ? 256 : 64; s <= (gpu ? 4096 : 256); s += gpu ? 128 : 64) {
+            o->shapes[o->nrows][0] = o->shapes[o->nrows][1] = o->shapes[o->nrows][2] = s;
+            o->nrows++;
+        }
+        /* LLaMA-3 70B at TP 8, 8192 tokens: the MLP's down projection (K = 28672/8) and attention's
+         * output projection (K = 8192/8). */
+        for (int i = 0; gpu && o->op != AGMM_OP_AG_MATMUL && i < 2; i++) {
+            o->shapes[o->nrows][0] = o->shapes[o->nrows][1] = 8192;
+            o->shapes[o->nrows][2] = i == 0 ? 3584 : 1024;
+            o->nrows++;
+        }
     } else if (o->nrows == 0) {
         const int64_t *list = gpu ? seed_sizes : cpu_sizes;
         int n = gpu ? (int)(sizeof seed_sizes / sizeof *seed_sizes) : (int)(sizeof cpu_sizes / sizeof *cpu_sizes);
@@ -478,7 +534,7 @@ static void apply_defaults(bench_results *r, agmm_world *world)
     r->nbackends = o->nbackends;
     r->nrows = o->nrows;
     for (int i = 0; i < o->nrows; i++) {
-        if (o->op != AGMM_OP_ALL_REDUCE) { /* ag_matmul's M, N, K; all_reduce_rmsnorm's T, H */
+        if (o->op != AGMM_OP_ALL_REDUCE) { /* the matmuls' M, N, K; all_reduce_rmsnorm's T, H */
             r->rows[i].m = o->shapes[i][0];
             r->rows[i].n = o->shapes[i][1];
             r->rows[i].k = o->shapes[i][2];

@@ -74,7 +74,7 @@ def test_structs_match_agmm_h(tmp_path):
 
 
 def test_backends_and_summaries():
-    for op in ("ag_matmul", "all_reduce", "all_reduce_rmsnorm"):
+    for op in _lib.OPS:                      # every operation the binding knows
         names = agmm.backends(op)
         assert names and "auto" not in names
         for name in names:

@@ -7,7 +7,7 @@
  *   - memory checks before allocating, and the fault spec's check (AGMM_FAULT, --fault);
  *   - core's helpers the benchmark shares with the library: bf16 conversion and the RNG
  *     (core/numeric.h), medians (core/stats.h), dtype sizes (core/validate.h), message text
- *     (core/text.h). */
+ *     (core/text.h), and the knob table (core/knobs.h), which --help and --list-knobs print. */
 #ifndef AGMM_API_AGMM_EXT_H
 #define AGMM_API_AGMM_EXT_H
 
@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "agmm.h"
+#include "../core/knobs.h"
 #include "../core/numeric.h"
 #include "../core/stats.h"
 #include "../core/text.h"
@@ -49,6 +50,10 @@ void agmm_ext_auto_choice(const agmm_ctx *ctx, const char **how, double *tune_ms
  * why. */
 agmm_status agmm_ext_check_ag_matmul(const agmm_ag_matmul_desc *desc, int nranks, char *why, size_t why_len);
 agmm_status agmm_ext_check_all_reduce(const agmm_all_reduce_desc *desc, char *why, size_t why_len);
+/* The shape check of the row-parallel matmuls (op: AGMM_OP_MATMUL_REDUCE_SCATTER or
+ * AGMM_OP_MATMUL_ALL_REDUCE), without a backend. */
+agmm_status agmm_ext_check_matmul_reduce(agmm_op op, int64_t m, int64_t n, int64_t k, agmm_layout b_layout, char *why,
+                                         size_t why_len);
 agmm_status agmm_ext_check_all_reduce_rmsnorm(const agmm_all_reduce_rmsnorm_desc *desc, char *why, size_t why_len);
 
 /* Process worlds (agmm_world_join): agmm-bench's ranks are then separate processes, so they

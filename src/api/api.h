@@ -21,7 +21,7 @@ typedef struct {
     /* The descriptor's backend string (NULL: auto). */
     const char *(*backend_of)(const void *desc);
     /* Copies the checked descriptor into plan->desc (defaults resolved, backend NULL) and returns
-     * the bytes of the plan's symmetric input. */
+     * the bytes of the plan's symmetric input (0: none; plan->input stays NULL). */
     size_t (*install)(agmm_plan *plan, const void *desc);
     /* The io's input pointer (NULL: the plan's own buffer). */
     const void *(*input_of)(const void *io);
@@ -46,6 +46,10 @@ typedef struct {
      * rank's device memory, 256-byte aligned) as the io's other buffers: the operation's public
      * run function. Collective. */
     agmm_status (*run_scratch)(agmm_plan *plan, void *const *buf, void *stream);
+
+    /* Optional (NULL: none): the operation's own value of limit `what` (agmm.h), which every
+     * backend of it has; 0 where it has no such limit. */
+    int64_t (*limit)(agmm_limit what);
 } agmm_op_type;
 
 /* The most buffers an operation's scratch names. */
@@ -55,6 +59,8 @@ typedef struct {
 const agmm_op_type *agmm_op_type_of(agmm_op op);
 extern const agmm_op_type agmm_op_ag_matmul;
 extern const agmm_op_type agmm_op_all_reduce;
+extern const agmm_op_type agmm_op_matmul_reduce_scatter;
+extern const agmm_op_type agmm_op_matmul_all_reduce;
 extern const agmm_op_type agmm_op_all_reduce_rmsnorm;
 
 /* Installs the checked descriptor `desc` of op into *shape, a plan on the caller's stack with

@@ -63,6 +63,8 @@ typedef struct agmm_backend {
     int auto_order;
     const agmm_backend_impl *cpu;  /* set exactly when devices has AGMM_DEVICE_CPU */
     const agmm_backend_impl *gpu;  /* set when devices has AGMM_DEVICE_GPU and the build has CUDA */
+    /* The backend's own limits, beyond its operation's (agmm_backend_limit, agmm.h); 0: none. */
+    int captured_inputs;           /* AGMM_LIMIT_CAPTURED_INPUTS */
 } agmm_backend;
 
 struct agmm_plan {
@@ -73,9 +75,13 @@ struct agmm_plan {
     union {                        /* the operation's descriptor, validated; `backend` is NULL */
         agmm_ag_matmul_desc mm;    /* op == AGMM_OP_AG_MATMUL; splits resolved (>= 1) */
         agmm_all_reduce_desc ar;   /* op == AGMM_OP_ALL_REDUCE */
-        agmm_all_reduce_rmsnorm_desc arn; /* op == AGMM_OP_ALL_REDUCE_RMSNORM */
+        agmm_matmul_reduce_scatter_desc rs; /* op == AGMM_OP_MATMUL_REDUCE_SCATTER */
+        agmm_matmul_all_reduce_desc mar;    /* op == AGMM_OP_MATMUL_ALL_REDUCE */
+        agmm_all_reduce_rmsnorm_desc arn;   /* op == AGMM_OP_ALL_REDUCE_RMSNORM */
     } desc;
-    agmm_symm_buf *input;          /* symmetric: A_r (m x k bf16), the all_reduce vector, or x_r */
+    agmm_symm_buf *input;          /* symmetric: A_r (m x k bf16), the all_reduce vector or x_r (T x
+                                      H bf16); NULL for the row-parallel matmuls (A_r comes in their
+                                      io) */
     /* Where the current run reads its input (plan.c sets it before every run, and to the plan's
      * own from creation on): the plan's own buffer at offset 0, or the caller's symmetric buffer
      * holding io.input, at the offset io.input has on every rank (agmm_plan_in*). */
