@@ -79,11 +79,13 @@ void test_pull_late_ready(void);
 void test_pull_slow_reader(void);
 void test_pull_timeouts(void);
 
-/* test_tune.c: auto's cache file, measuring, agreement across ranks, the static rule. */
+/* test_tune.c: auto's cache file, measuring, agreement across ranks, the static rule, what it
+ * reads from the operations' types. */
 void test_tune_cache_file(void);
 void test_tune_measured(void);
 void test_tune_agreement(void);
 void test_tune_off(void);
+void test_tune_op_types(void);
 
 /* Helpers of the CPU tests (test_cpu_backends.c). */
 /* A CPU world of nranks ranks (timeout_s 0: the default), or NULL after a FAIL line. */

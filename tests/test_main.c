@@ -44,6 +44,7 @@ static const agmm_test_case cases[] = {
     {"tune/measured", test_tune_measured},
     {"tune/agreement", test_tune_agreement},
     {"tune/off", test_tune_off},
+    {"tune/op_types", test_tune_op_types},
 };
 
 int main(int argc, char **argv)

@@ -10,6 +10,8 @@
  *                    rank's figures carry that rank's numbers and every rank picks the one left
  *   off              AGMM_TUNE=0 takes the static rule (ce, one_shot) even with a cached choice,
  *                    and touches no file
+ *   op types         every operation's type has all that auto needs: its key ends in the
+ *                    operation's description, its scratch buffers have the io's sizes
  * Every test sets AGMM_TUNE and AGMM_TUNE_CACHE itself (a private directory) and unsets them. */
 #include <pthread.h>
 #include <stdio.h>
@@ -18,6 +20,7 @@
 #include <unistd.h>
 
 #include "agmm.h"
+#include "api/api.h"
 #include "api/tune.h"
 #include "cpu_tests.h"
 #include "harness.h"
@@ -382,4 +385,79 @@ void test_tune_off(void)
     unlink(path);
     unsetenv("AGMM_TUNE");
     unsetenv("AGMM_TUNE_CACHE");
+}
+
+/* ---- what auto reads from every operation's type ---- */
+
+/* A descriptor of every operation, with the end of its key and its scratch sizes at W = 2: the
+ * type of a new operation fails this test until it has a line here. */
+typedef struct {
+    agmm_op op;
+    const void *desc;
+    const char *key_tail;
+    int nbuf;
+    size_t bytes[AGMM_SCRATCH_MAX];
+} op_sample;
+
+static const agmm_ag_matmul_desc sample_mm = {.m = 37, .n = 72, .k = 24};
+static const agmm_all_reduce_desc sample_ar = {.n = 4093, .dtype = AGMM_DTYPE_F32};
+static const op_sample samples[] = {
+    {AGMM_OP_AG_MATMUL, &sample_mm, " op=ag_matmul M=37 N=72 K=24 b_layout=col splits=1", 3,
+     {24 * 72 * 2, 2 * 37 * 24 * 2, 2 * 37 * 72 * 2}},
+    {AGMM_OP_ALL_REDUCE, &sample_ar, " op=all_reduce n=4093 dtype=fp32", 1, {4093 * 4}},
+};
+
+typedef struct {
+    int checked, failed;
+    char msg[512];
+} op_types_job;
+
+static agmm_status op_types_rank(agmm_ctx *ctx, void *arg)
+{
+    op_types_job *j = arg;
+    if (agmm_ctx_rank(ctx) != 0)
+        return AGMM_SUCCESS;
+    for (int op = 0; agmm_op_type_of((agmm_op)op) != NULL && !j->failed; op++) {
+        const agmm_op_type *t = agmm_op_type_of((agmm_op)op);
+        const op_sample *sm = NULL;
+        for (size_t i = 0; i < sizeof samples / sizeof *samples; i++)
+            if ((int)samples[i].op == op)
+                sm = &samples[i];
+        if (sm == NULL || t->op != (agmm_op)op || !t->check || !t->backend_of || !t->install || !t->input_of ||
+            !t->check_io || !t->describe || !t->scratch || !t->plan_with || !t->run_scratch) {
+            j->failed = 1;
+            snprintf(j->msg, sizeof j->msg, "%s: %s", agmm_op_name((agmm_op)op),
+                     sm ? "its type lacks a hook or names another op" : "no sample descriptor in tests/test_tune.c");
+            break;
+        }
+        agmm_plan shape;
+        size_t bytes[AGMM_SCRATCH_MAX] = {0};
+        char key[512];
+        agmm_op_shape(t, ctx, sm->desc, &shape);
+        int nbuf = t->scratch(&shape, bytes);
+        agmm_tune_key(&shape, "Some GPU", 22809, key, sizeof key);
+        size_t kl = strlen(key), tl = strlen(sm->key_tail);
+        int ok = nbuf == sm->nbuf && memcmp(bytes, sm->bytes, sizeof bytes) == 0 && kl > tl &&
+                 strcmp(key + kl - tl, sm->key_tail) == 0 && strchr(key, '\t') == NULL &&
+                 strstr(key, "device=Some_GPU world=cpu W=2 ") != NULL;
+        j->failed = !ok;
+        j->checked++;
+        snprintf(j->msg, sizeof j->msg, "%s: key \"%s\", %d scratch buffers (%zu %zu %zu bytes)",
+                 agmm_op_name((agmm_op)op), key, nbuf, bytes[0], bytes[1], bytes[2]);
+    }
+    return AGMM_SUCCESS;
+}
+
+void test_tune_op_types(void)
+{
+    op_types_job j = {0};
+    agmm_world *w = test_cpu_world(2, 0);
+    if (w == NULL)
+        return;
+    agmm_world_run(w, op_types_rank, &j);
+    agmm_world_destroy(w);
+    agmm_check(!j.failed && j.checked == (int)(sizeof samples / sizeof *samples),
+               "op types: every operation (%d of %d samples) has auto's hooks, a key ending in its description and "
+               "its io's scratch sizes (W=2); last: %s",
+               j.checked, (int)(sizeof samples / sizeof *samples), j.msg);
 }

@@ -1,10 +1,11 @@
 /* The API layer's internals: operations as types, and the choice of a backend (internal to
  * src/api).
  *
- * An operation (agmm_op) is a descriptor type, an io type and their checks: op_ag_matmul.c,
- * op_all_reduce.c. plan.c drives every operation through this one interface, so a third
- * operation is a new op_<name>.c, its descriptor in the plan's union (src/backends/backend.h),
- * its public create/run functions, and its backends. */
+ * An operation (agmm_op) is a descriptor type, an io type, their checks, and what `auto` needs to
+ * measure a plan of it: op_ag_matmul.c, op_all_reduce.c. plan.c, plan_agree.c and auto (tune.c,
+ * tune_cache.c) drive every operation through this one interface and never name one, so a new
+ * operation is a new op_<name>.c and the lines docs/architecture.md ("How to add an operation")
+ * lists. */
 #ifndef AGMM_API_API_H
 #define AGMM_API_API_H
 
@@ -28,14 +29,37 @@ typedef struct {
      * run's input (plan->in) is resolved already. */
     agmm_status (*check_io)(const agmm_plan *plan, const void *io, agmm_error *err);
     /* The installed descriptor as text, every field the ranks must agree on ("M=64 N=32 K=16
-     * b_layout=col splits=2"): what plan creation compares across ranks. */
+     * b_layout=col splits=2"): what plan creation compares across ranks, and the operation's part
+     * of auto's cache key (tune_cache.c). */
     size_t (*describe)(const agmm_plan *plan, char *buf, size_t len);
+
+    /* ---- what `auto` needs to measure candidates without knowing the operation (tune.c) ---- */
+
+    /* The bytes of each buffer one run of the installed descriptor needs besides its input (the
+     * io's outputs and other operands, in the order run_scratch takes them), on this rank of
+     * plan->ctx's world; returns how many (at most AGMM_SCRATCH_MAX). Local. */
+    int (*scratch)(const agmm_plan *plan, size_t bytes[]);
+    /* Plans the caller's descriptor `desc` with the backend called `backend`: the operation's
+     * public plan function. Collective. */
+    agmm_status (*plan_with)(agmm_plan **out, agmm_ctx *ctx, const void *desc, const char *backend);
+    /* Enqueues one run of `plan` reading its own input, with buf[i] (scratch's bytes[i] each, the
+     * rank's device memory, 256-byte aligned) as the io's other buffers: the operation's public
+     * run function. Collective. */
+    agmm_status (*run_scratch)(agmm_plan *plan, void *const *buf, void *stream);
 } agmm_op_type;
+
+/* The most buffers an operation's scratch names. */
+#define AGMM_SCRATCH_MAX 8
 
 /* The type of `op`, or NULL for an unknown value. */
 const agmm_op_type *agmm_op_type_of(agmm_op op);
 extern const agmm_op_type agmm_op_ag_matmul;
 extern const agmm_op_type agmm_op_all_reduce;
+
+/* Installs the checked descriptor `desc` of op into *shape, a plan on the caller's stack with
+ * nothing allocated (ctx, op and desc set; no backend): what describe and scratch read before a
+ * plan exists. Returns the bytes of the plan's symmetric input. Local. */
+size_t agmm_op_shape(const agmm_op_type *type, agmm_ctx *ctx, const void *desc, agmm_plan *shape);
 
 /* The implementation of b that would run in `world`, or NULL with why (why_len bytes) saying
  * why not ("skipped: needs NCCL, but ranks share a GPU ..."). */

@@ -1,4 +1,4 @@
-/* The ag_matmul operation as a type (api.h): descriptor, io, and their checks. */
+/* The ag_matmul operation as a type (api.h): descriptor, io, their checks, and what `auto` needs. */
 #include <string.h>
 
 #include "api.h"
@@ -56,6 +56,30 @@ static size_t describe(const agmm_plan *plan, char *buf, size_t len)
                        (long long)d->k, d->b_layout == AGMM_LAYOUT_ROW_MAJOR ? "row" : "col", d->splits);
 }
 
+/* B (k x n), the gathered A ((W*m) x k) and C ((W*m) x n), bf16. */
+static int scratch(const agmm_plan *plan, size_t bytes[])
+{
+    const agmm_ag_matmul_desc *d = &plan->desc.mm;
+    const size_t nranks = (size_t)agmm_ctx_info(plan->ctx)->nranks;
+    bytes[0] = (size_t)(d->k * d->n) * 2;
+    bytes[1] = nranks * (size_t)(d->m * d->k) * 2;
+    bytes[2] = nranks * (size_t)(d->m * d->n) * 2;
+    return 3;
+}
+
+static agmm_status plan_with(agmm_plan **out, agmm_ctx *ctx, const void *desc, const char *backend)
+{
+    agmm_ag_matmul_desc d = *(const agmm_ag_matmul_desc *)desc;
+    d.backend = backend;
+    return agmm_plan_ag_matmul(out, ctx, &d);
+}
+
+static agmm_status run_scratch(agmm_plan *plan, void *const *buf, void *stream)
+{
+    agmm_ag_matmul_io io = {.b = buf[0], .a_gathered = buf[1], .c = buf[2]};
+    return agmm_ag_matmul(plan, &io, stream);
+}
+
 const agmm_op_type agmm_op_ag_matmul = {
     .op = AGMM_OP_AG_MATMUL,
     .check = check,
@@ -64,4 +88,7 @@ const agmm_op_type agmm_op_ag_matmul = {
     .input_of = input_of,
     .check_io = check_io,
     .describe = describe,
+    .scratch = scratch,
+    .plan_with = plan_with,
+    .run_scratch = run_scratch,
 };

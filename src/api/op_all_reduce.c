@@ -1,4 +1,4 @@
-/* The all_reduce operation as a type (api.h): descriptor, io, and their checks. */
+/* The all_reduce operation as a type (api.h): descriptor, io, their checks, and what `auto` needs. */
 #include <string.h>
 
 #include "api.h"
@@ -54,6 +54,26 @@ static size_t describe(const agmm_plan *plan, char *buf, size_t len)
     return agmm_format(buf, len, "n=%lld dtype=%s", (long long)d->n, agmm_dtype_name(d->dtype));
 }
 
+/* The output vector (measured out of place). */
+static int scratch(const agmm_plan *plan, size_t bytes[])
+{
+    bytes[0] = (size_t)plan->desc.ar.n * agmm_dtype_bytes(plan->desc.ar.dtype);
+    return 1;
+}
+
+static agmm_status plan_with(agmm_plan **out, agmm_ctx *ctx, const void *desc, const char *backend)
+{
+    agmm_all_reduce_desc d = *(const agmm_all_reduce_desc *)desc;
+    d.backend = backend;
+    return agmm_plan_all_reduce(out, ctx, &d);
+}
+
+static agmm_status run_scratch(agmm_plan *plan, void *const *buf, void *stream)
+{
+    agmm_all_reduce_io io = {.out = buf[0]};
+    return agmm_all_reduce(plan, &io, stream);
+}
+
 const agmm_op_type agmm_op_all_reduce = {
     .op = AGMM_OP_ALL_REDUCE,
     .check = check,
@@ -62,4 +82,7 @@ const agmm_op_type agmm_op_all_reduce = {
     .input_of = input_of,
     .check_io = check_io,
     .describe = describe,
+    .scratch = scratch,
+    .plan_with = plan_with,
+    .run_scratch = run_scratch,
 };

@@ -20,6 +20,14 @@ const agmm_op_type *agmm_op_type_of(agmm_op op)
     return NULL;
 }
 
+size_t agmm_op_shape(const agmm_op_type *type, agmm_ctx *ctx, const void *desc, agmm_plan *shape)
+{
+    memset(shape, 0, sizeof *shape);
+    shape->ctx = ctx;
+    shape->op = type->op;
+    return type->install(shape, desc);
+}
+
 /* The backend named in the descriptor; NULL or "auto": tune.c chooses, every rank alike
  * (collective: it may measure the candidates). */
 static agmm_status resolve(agmm_ctx *ctx, agmm_op op, const void *desc, const char *name, const agmm_backend **out)

@@ -126,11 +126,11 @@ agmm_status agmm_plan_agree_request(agmm_ctx *ctx, agmm_op op, const void *desc,
         agmm_format(me.why, sizeof me.why, "%s", agmm_error_detail(err->msg));
     } else {
         /* The operation describes an installed descriptor: a plan on the stack, nothing allocated. */
-        agmm_plan tmp = {.ctx = ctx, .op = op};
+        agmm_plan shape;
         const agmm_op_type *type = agmm_op_type_of(op);
-        type->install(&tmp, desc);
+        agmm_op_shape(type, ctx, desc, &shape);
         size_t used = agmm_format(me.what, sizeof me.what, "%s/%s ", agmm_op_name(op), backend);
-        type->describe(&tmp, me.what + used, sizeof me.what - used);
+        type->describe(&shape, me.what + used, sizeof me.what - used);
     }
     request *all = calloc((size_t)nranks, sizeof *all);
     if (all == NULL)

@@ -18,7 +18,9 @@
  *   3. Rank 0 remembers the choice in memory and writes it to the cache file.
  * The cost of a new shape: the candidates' plan creations and destructions, plus per candidate
  * one warm-up run and at most max(RUNS_MAX runs, BUDGET_MS / candidates) of timed runs; rank 0
- * logs it at AGMM_LOG=info and agmm_tune_last has it. */
+ * logs it at AGMM_LOG=info and agmm_tune_last has it.
+ * Nothing here knows an operation: its type (api.h) sizes the measuring buffers, plans a candidate
+ * and runs it, and tune_cache.c's key reads the type's description of the descriptor. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +30,6 @@
 #include "api.h"
 #include "tune.h"
 #include "../core/stats.h"
-#include "../core/validate.h"
 #ifdef AGMM_HAVE_CUDA
 #include "../world/gpu_check.h"
 #include "../world/rank_gpu.h"
@@ -176,8 +177,9 @@ static int table_index(agmm_op op, const agmm_backend *b)
  * the io buffers every candidate runs with. */
 typedef struct {
     agmm_ctx *ctx;
-    agmm_op op;
-    const void *desc;
+    const agmm_op_type *type;
+    const void *desc;           /* the caller's, checked */
+    size_t input_bytes;         /* of the plan's input, filled before each candidate's warm-up */
     int gpu;
     void *stream;               /* the runs' cudaStream_t; NULL in the CPU world */
 #ifdef AGMM_HAVE_CUDA
@@ -185,8 +187,9 @@ typedef struct {
 #endif
     void *flush;
     size_t flush_bytes;
-    void *buf[3];               /* ag_matmul: B, the gathered A, C; all_reduce: out */
-    size_t buf_bytes[3];
+    int nbuf;
+    void *buf[AGMM_SCRATCH_MAX];  /* the io's other buffers (the type's scratch); NULL for 0 bytes */
+    size_t buf_bytes[AGMM_SCRATCH_MAX];
 } session;
 
 static double now_ms(void)
@@ -194,16 +197,6 @@ static double now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
-}
-
-static size_t input_bytes(const session *se)
-{
-    if (se->op == AGMM_OP_AG_MATMUL) {
-        const agmm_ag_matmul_desc *d = se->desc;
-        return (size_t)(d->m * d->k) * 2;
-    }
-    const agmm_all_reduce_desc *d = se->desc;
-    return (size_t)d->n * agmm_dtype_bytes(d->dtype);
 }
 
 /* Fills `bytes` of the rank's memory with FILL_BYTE (ordered before the runs on the stream). */
@@ -223,7 +216,7 @@ fail:
 
 static void session_close(session *se)
 {
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < se->nbuf; i++) {
         if (!se->gpu)
             free(se->buf[i]);
 #ifdef AGMM_HAVE_CUDA
@@ -249,18 +242,15 @@ static agmm_status session_open(session *se)
     agmm_status st = AGMM_SUCCESS;
     agmm_error *err = agmm_ctx_err(se->ctx);
     const agmm_rank_info *ri = agmm_ctx_info(se->ctx);
-    if (se->op == AGMM_OP_AG_MATMUL) {
-        const agmm_ag_matmul_desc *d = se->desc;
-        se->buf_bytes[0] = (size_t)(d->k * d->n) * 2;
-        se->buf_bytes[1] = (size_t)ri->nranks * (size_t)(d->m * d->k) * 2;
-        se->buf_bytes[2] = (size_t)ri->nranks * (size_t)(d->m * d->n) * 2;
-    } else {
-        se->buf_bytes[0] = input_bytes(se);
-    }
+    agmm_plan shape;
+    se->input_bytes = agmm_op_shape(se->type, se->ctx, se->desc, &shape);
+    se->nbuf = se->type->scratch(&shape, se->buf_bytes);
     se->gpu = (ri->caps & AGMM_CAP_GPU) != 0;
     if (!se->gpu) {
-        for (int i = 0; i < 3 && se->buf_bytes[i]; i++) {
-            se->buf[i] = aligned_alloc(64, (se->buf_bytes[i] + 63) / 64 * 64);
+        for (int i = 0; i < se->nbuf; i++) {
+            if (se->buf_bytes[i] == 0)
+                continue;
+            se->buf[i] = aligned_alloc(256, (se->buf_bytes[i] + 255) / 256 * 256);
             if (se->buf[i] == NULL)
                 return AGMM_FAIL(err, AGMM_ERR_NO_MEMORY, "rank %d: auto's measuring buffers (%zu bytes)", ri->rank,
                                  se->buf_bytes[i]);
@@ -279,7 +269,9 @@ static agmm_status session_open(session *se)
     AGMM_CUDA_TRY(st, err, cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, ri->device));
     se->flush_bytes = 2 * (size_t)l2;
     AGMM_CUDA_TRY(st, err, cudaMalloc(&se->flush, se->flush_bytes));
-    for (int i = 0; i < 3 && se->buf_bytes[i]; i++) {
+    for (int i = 0; i < se->nbuf; i++) {
+        if (se->buf_bytes[i] == 0)
+            continue;
         AGMM_CUDA_TRY(st, err, cudaMalloc(&se->buf[i], se->buf_bytes[i]));
         AGMM_TRY(st, fill(se, se->buf[i], se->buf_bytes[i]));
     }
@@ -289,26 +281,9 @@ fail:
     return st;
 }
 
-static agmm_status plan_candidate(session *se, const agmm_backend *b, agmm_plan **p)
-{
-    if (se->op == AGMM_OP_AG_MATMUL) {
-        agmm_ag_matmul_desc d = *(const agmm_ag_matmul_desc *)se->desc;
-        d.backend = b->name;
-        return agmm_plan_ag_matmul(p, se->ctx, &d);
-    }
-    agmm_all_reduce_desc d = *(const agmm_all_reduce_desc *)se->desc;
-    d.backend = b->name;
-    return agmm_plan_all_reduce(p, se->ctx, &d);
-}
-
 static agmm_status run_once(session *se, agmm_plan *p)
 {
-    if (se->op == AGMM_OP_AG_MATMUL) {
-        agmm_ag_matmul_io io = {.b = se->buf[0], .a_gathered = se->buf[1], .c = se->buf[2]};
-        return agmm_ag_matmul(p, &io, se->stream);
-    }
-    agmm_all_reduce_io io = {.out = se->buf[0]};
-    return agmm_all_reduce(p, &io, se->stream);
+    return se->type->run_scratch(p, se->buf, se->stream);
 }
 
 /* n runs of p (n <= RUNS_MAX), each timed alone: us[i] in microseconds. */
@@ -366,12 +341,12 @@ static agmm_status measure_one(session *se, const agmm_backend *b, double share_
     agmm_error *err = agmm_ctx_err(ctx);
     agmm_plan *p = NULL;
     double agreed = -1, t[RUNS_MAX];
-    agmm_status st = plan_candidate(se, b, &p), ast;
+    agmm_status st = se->type->plan_with(&p, ctx, se->desc, b->name), ast;
     *us = -1;
     ast = agree_max(ctx, st == AGMM_SUCCESS ? 0.0 : -1.0, &agreed);
     if (ast == AGMM_SUCCESS && agreed < 0) {
         agmm_log(agmm_ctx_info(ctx)->log_level, AGMM_LOG_DEBUG, agmm_ctx_info(ctx)->rank,
-                 "auto: %s/%s left out: a rank could not plan it (here: %s)", agmm_op_name(se->op), b->name,
+                 "auto: %s/%s left out: a rank could not plan it (here: %s)", agmm_op_name(se->type->op), b->name,
                  st == AGMM_SUCCESS ? "planned" : agmm_last_error(ctx));
         agmm_plan_destroy(p);
         agmm_error_clear(err);
@@ -379,7 +354,7 @@ static agmm_status measure_one(session *se, const agmm_backend *b, double share_
     }
     /* The warm-up run, whose time (the slowest rank's) sets how many runs fit in the share. */
     if (ast == AGMM_SUCCESS) {
-        st = fill(se, agmm_plan_input(p), input_bytes(se));
+        st = fill(se, agmm_plan_input(p), se->input_bytes);
         if (st == AGMM_SUCCESS)
             st = time_runs(se, p, 1, t);
         ast = agree_max(ctx, st == AGMM_SUCCESS ? t[0] : -1.0, &agreed);
@@ -400,7 +375,7 @@ static agmm_status measure_one(session *se, const agmm_backend *b, double share_
                                  : AGMM_FAIL(err, AGMM_ERR_INTERNAL,
                                              "rank %d: backend=auto: a run of %s/%s failed on another rank while "
                                              "measuring it: the ranks are out of step",
-                                             agmm_ctx_info(ctx)->rank, agmm_op_name(se->op), b->name);
+                                             agmm_ctx_info(ctx)->rank, agmm_op_name(se->type->op), b->name);
     agmm_plan_destroy(p);
     return ast;
 }
@@ -410,7 +385,7 @@ static agmm_status measure(agmm_ctx *ctx, agmm_op op, const void *desc, const ag
                            agmm_tune_result *r)
 {
     double t0 = now_ms();
-    session se = {.ctx = ctx, .op = op, .desc = desc};
+    session se = {.ctx = ctx, .type = agmm_op_type_of(op), .desc = desc};
     agmm_status st = session_open(&se);
     double agreed = -1;
     agmm_status ast = agree_max(ctx, st == AGMM_SUCCESS ? 0.0 : -1.0, &agreed);
@@ -464,7 +439,9 @@ static decision decide(agmm_ctx *ctx, tune_state *ts, agmm_op op, const void *de
     if (!on || n == 1)
         return d;
     identify(ctx, ts);
-    agmm_tune_key(ctx, op, desc, ts->device, ts->nccl_version, key, KEY_BYTES);
+    agmm_plan shape;
+    agmm_op_shape(agmm_op_type_of(op), ctx, desc, &shape);
+    agmm_tune_key(&shape, ts->device, ts->nccl_version, key, KEY_BYTES);
     const agmm_backend *b = memo_find(ts, key);
     if (b != NULL)
         return (decision){AGMM_TUNE_MEMORY, table_index(op, b)};

@@ -54,9 +54,9 @@ agmm_status agmm_tune_set_test_delay(agmm_ctx *ctx, const char *backend, double 
 
 /* The key of a plan: everything its best backend may depend on (agmm's and NCCL's versions, the
  * device, the world's kind and size, ranks per device, the operation and its descriptor but the
- * backend), as one line of text without tabs. */
-void agmm_tune_key(const agmm_ctx *ctx, agmm_op op, const void *desc, const char *device, int nccl_version,
-                   char *key, size_t len);
+ * backend, as the operation describes it), as one line of text without tabs. shape: the plan's
+ * installed descriptor (agmm_op_shape, api.h). */
+void agmm_tune_key(const agmm_plan *shape, const char *device, int nccl_version, char *key, size_t len);
 
 /* Where the cache file is: $AGMM_TUNE_CACHE (empty: no file), else $XDG_CACHE_HOME/agmm/tune.txt,
  * else $HOME/.cache/agmm/tune.txt. NULL when there is none. */

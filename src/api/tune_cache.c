@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "api.h"
 #include "tune.h"
 
 #define HEADER "# agmm tune cache v1"
@@ -33,10 +34,9 @@ static const char *kind_name(agmm_world_kind kind)
     return "?";
 }
 
-void agmm_tune_key(const agmm_ctx *ctx, agmm_op op, const void *desc, const char *device, int nccl_version,
-                   char *key, size_t len)
+void agmm_tune_key(const agmm_plan *shape, const char *device, int nccl_version, char *key, size_t len)
 {
-    const agmm_rank_info *ri = agmm_ctx_info(ctx);
+    const agmm_rank_info *ri = agmm_ctx_info(shape->ctx);
     int used = snprintf(key, len, "agmm=%d nccl=%d device=", AGMM_VERSION, nccl_version);
     /* The device's name with its blanks made underscores: a key is one field of a line. */
     for (const char *c = device; *c && used + 1 < (int)len; c++)
@@ -44,20 +44,12 @@ void agmm_tune_key(const agmm_ctx *ctx, agmm_op op, const void *desc, const char
     if (used >= (int)len)
         return;
     key[used] = '\0';
-    used += snprintf(key + used, len - (size_t)used, " world=%s W=%d per_device=%d op=%s", kind_name(ri->kind),
-                     ri->nranks, ri->ranks_on_device, agmm_op_name(op));
+    used += snprintf(key + used, len - (size_t)used, " world=%s W=%d per_device=%d op=%s ", kind_name(ri->kind),
+                     ri->nranks, ri->ranks_on_device, agmm_op_name(shape->op));
     if (used >= (int)len)
         return;
-    if (op == AGMM_OP_AG_MATMUL) {
-        const agmm_ag_matmul_desc *d = desc;
-        snprintf(key + used, len - (size_t)used, " m=%lld n=%lld k=%lld dtype=bf16 b=%s splits=%d", (long long)d->m,
-                 (long long)d->n, (long long)d->k, d->b_layout == AGMM_LAYOUT_ROW_MAJOR ? "row" : "col",
-                 d->splits ? d->splits : 1);
-    } else {
-        const agmm_all_reduce_desc *d = desc;
-        snprintf(key + used, len - (size_t)used, " n=%lld dtype=%s", (long long)d->n,
-                 d->dtype == AGMM_DTYPE_F32 ? "fp32" : "bf16");
-    }
+    /* The descriptor as the ranks compare it: every field but the backend, defaults resolved. */
+    agmm_op_type_of(shape->op)->describe(shape, key + used, len - (size_t)used);
 }
 
 const char *agmm_tune_cache_path(char *buf, size_t len)

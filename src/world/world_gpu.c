@@ -485,6 +485,8 @@ agmm_status agmm_gpu_note_run(agmm_ctx *ctx, cudaStream_t stream)
                                            cap == cudaStreamCaptureStatusNone ? cudaEventRecordDefault
                                                                               : cudaEventRecordExternal));
     ctx->gpu->last_run_recorded = 1;
+    ctx->gpu->last_run_stream = stream;
+    ctx->gpu->captured |= cap != cudaStreamCaptureStatusNone;
 fail:
     return st;
 }
@@ -494,8 +496,10 @@ agmm_status agmm_gpu_order_run(agmm_ctx *ctx, cudaStream_t stream)
     agmm_status st = AGMM_SUCCESS;
     enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
     AGMM_CUDA_TRY(st, &ctx->err, cudaStreamIsCapturing(stream, &cap));
-    if (cap == cudaStreamCaptureStatusNone && ctx->gpu->last_run_recorded)
-        AGMM_CUDA_TRY(st, &ctx->err, cudaStreamWaitEvent(stream, ctx->gpu->last_run, 0));
+    const agmm_gpu_rank *g = ctx->gpu;
+    const int same_stream = stream == g->last_run_stream && !g->captured;
+    if (cap == cudaStreamCaptureStatusNone && g->last_run_recorded && !same_stream)
+        AGMM_CUDA_TRY(st, &ctx->err, cudaStreamWaitEvent(stream, g->last_run, 0));
 fail:
     return st;
 }
