@@ -19,6 +19,8 @@
  * Conventions.
  *   - Every call returns an agmm_status (or a value that cannot fail); agmm_last_error(ctx) holds
  *     the detail of the last failure on that rank, naming the argument and what is allowed.
+ *   - Each function's comment says, in this order: what it does; whether it is collective or
+ *     local; who owns what it takes and gives; the statuses it returns besides AGMM_SUCCESS.
  *   - "Collective" means every rank of the world makes the call, in the same order, each from the
  *     thread that owns its context. "Local" means only the calling rank takes part. A collective
  *     set-up call (contexts, plans, symmetric memory) that fails on one rank fails on every rank,
@@ -32,7 +34,10 @@
  *     non-zero tail is refused with AGMM_ERR_INVALID_ARG (e.g. a program built against a newer
  *     header).
  *   - Streams are `void *` holding a cudaStream_t. In the CPU world they are ignored and calls
- *     that enqueue work are blocking instead.
+ *     that enqueue work are blocking instead. "Streams and CUDA graphs" below has the rules.
+ *   - Limits that hold for every backend of an operation are the operation's (K a multiple of 8
+ *     for ag_matmul); a backend's own are stated as that backend's (pull's captured inputs).
+ *     agmm_backend_limit gives either as a number.
  *   - The library never writes to stdout and never exits the process (unless AGMM_FAULT, the
  *     fault injection of tests, asks a process-world rank to: README); diagnostics go to stderr,
  *     prefixed with the rank, at the level AGMM_LOG sets (error|warn|info|debug; default warn).
@@ -46,8 +51,11 @@
  *   CUDA_MODULE_LOADING=EAGER   emulated worlds only, before CUDA starts: a kernel loaded lazily
  *                               waits for the whole context, where a peer may be spinning.
  * A program that starts CUDA before creating a world must set the last two itself.
- * Environment the library reads: AGMM_LOG (above); AGMM_TUNE and AGMM_TUNE_CACHE (how `auto`
- * chooses a backend and where it caches the choice: docs/auto.md); on rank 0 only.
+ * Environment the library reads: AGMM_LOG (above), AGMM_TIMEOUT_S (the timeout where a config
+ * leaves it 0), AGMM_TUNE, AGMM_TUNE_CACHE, AGMM_TUNE_RUNS and AGMM_TUNE_BUDGET_MS (how `auto`
+ * measures and where it caches its choices: docs/auto.md; rank 0's count), and what the README's
+ * "Environment" lists (`agmm-bench --list-knobs` prints it). A value a variable does not allow
+ * fails world creation with AGMM_ERR_INVALID_ARG naming it.
  * Plain C11; usable from C++. */
 #ifndef AGMM_H
 #define AGMM_H
@@ -80,22 +88,25 @@ typedef enum {
     AGMM_ERR_INTERNAL
 } agmm_status;
 
-/* Never NULL; a static string. Local. */
+/* The status in words ("invalid argument"; "unknown status" for another value). Local. Never
+ * NULL; a static string. */
 const char *agmm_status_str(agmm_status status);
 /* The version this library was built as (AGMM_VERSION of its header). Local. */
 int agmm_version(void);
 
 /* ---- operations ------------------------------------------------------------------------- */
 
-typedef enum { AGMM_OP_AG_MATMUL = 0, AGMM_OP_ALL_REDUCE = 1 } agmm_op;
+/* AGMM_OP_NONE is no operation: what agmm_plan_op says of NULL. */
+typedef enum { AGMM_OP_NONE = -1, AGMM_OP_AG_MATMUL = 0, AGMM_OP_ALL_REDUCE = 1 } agmm_op;
 
-/* "ag_matmul", "all_reduce"; "?" for an unknown value. Never NULL. Local. */
+/* The operation's name: "ag_matmul", "all_reduce"; "?" for any other value. Local. Never NULL; a
+ * static string. */
 const char *agmm_op_name(agmm_op op);
 
 typedef enum { AGMM_DTYPE_BF16 = 0, AGMM_DTYPE_F32 } agmm_dtype;
 
 typedef enum {
-    AGMM_LAYOUT_COL_MAJOR = 0, /* B^T is a contiguous N x K matrix (the seed's layout) */
+    AGMM_LAYOUT_COL_MAJOR = 0, /* B^T is a contiguous N x K matrix (a torch.nn.Linear weight, out x in) */
     AGMM_LAYOUT_ROW_MAJOR      /* B is a contiguous K x N matrix */
 } agmm_layout;
 
@@ -112,7 +123,7 @@ typedef enum {
 typedef struct {
     agmm_world_kind kind;
     int nranks;               /* 0: one per visible GPU (GPU), 4 (CPU); emulated: required */
-    double timeout_s;         /* bound on every wait for a peer; 0 means 5 s */
+    double timeout_s;         /* bound on every wait for a peer; 0: AGMM_TIMEOUT_S, unset 5 s */
     int allow_nvls;           /* 0 (default): NCCL_NVLS_ENABLE=0. 1 leaves NCCL's choice alone.
                                  Never set on shared hosts: NVLink multicast can take them down. */
     int32_t reserved[11];     /* must be zero */
@@ -122,23 +133,33 @@ typedef struct agmm_world agmm_world;
 typedef struct agmm_ctx agmm_ctx;
 typedef struct agmm_plan agmm_plan;
 
-/* Creates a world. Local (one call per process). Returns AGMM_ERR_INVALID_ARG for a bad config,
- * AGMM_ERR_UNSUPPORTED for a kind this build or machine lacks, AGMM_ERR_VERSION when NCCL headers
- * and library differ. On failure *world is NULL and, if errbuf is not NULL, errbuf (errbuf_len
- * bytes) holds the detail. */
+/* Creates a world of config's kind and size (NULL: AUTO, every field 0) whose ranks this process
+ * drives. Local: one call per process. The caller owns *world until agmm_world_destroy; on failure
+ * *world is NULL and errbuf (errbuf_len bytes, the caller's; may be NULL) holds the detail.
+ * Statuses: AGMM_ERR_INVALID_ARG (a bad config, or an AGMM_* variable with a value it does not
+ * allow), AGMM_ERR_UNSUPPORTED (a kind this build or machine lacks), AGMM_ERR_VERSION (NCCL
+ * headers and library differ), AGMM_ERR_NO_MEMORY, CUDA/NCCL errors. */
 agmm_status agmm_world_create(agmm_world **world, const agmm_world_config *config, char *errbuf,
                               size_t errbuf_len);
-/* Local. Every context of the world must be destroyed first, and every plan before its context:
- * a plan or context used after its world (or a plan after its context) is destroyed is undefined
+/* Destroys a world. Local (in a world of processes, peers still waiting for this rank then fail at
+ * once). Every context of the world must be destroyed first, and every plan before its context: a
+ * plan or context used after its world (or a plan after its context) is destroyed is undefined
  * behaviour, not an error (telling a freed handle from a live one would cost a lookup per call).
- * (In a world of processes, peers still waiting for this rank then fail at once.) */
+ * NULL-safe; cannot fail. */
 void agmm_world_destroy(agmm_world *world);
+/* The world's kind (never AUTO), its ranks W, the ranks this process drives, and the global rank
+ * of its local rank 0. Local; world not NULL. */
 agmm_world_kind agmm_world_kind_of(const agmm_world *world);
 int agmm_world_nranks(const agmm_world *world);       /* W */
 int agmm_world_local_ranks(const agmm_world *world);  /* ranks driven by this process */
 int agmm_world_first_rank(const agmm_world *world);   /* global rank of local rank 0 */
-/* Text for a banner: device names, NCCL version, emulation. Never NULL; owned by the world. */
+/* Text for a banner: device names, NCCL version, emulation. Local. Never NULL ("(no world)" for
+ * NULL); owned by the world. */
 const char *agmm_world_describe(const agmm_world *world);
+/* The bound on every wait for a peer that a world gets where its config leaves timeout_s 0, in
+ * seconds: AGMM_TIMEOUT_S, else 5 (a value AGMM_TIMEOUT_S does not allow reads as 5 here; world
+ * creation refuses it). Local; no world needed. */
+double agmm_world_default_timeout_s(void);
 
 /* ---- process worlds: one rank per process (torchrun, mpirun, srun, or the caller's own) ---- */
 
@@ -153,8 +174,8 @@ typedef struct {
 
 /* Makes a fresh id for a world of `kind` (AUTO is resolved here: GPU if a GPU is visible, else
  * CPU; a GPU world's id carries NCCL's unique id, which honours NCCL_COMM_ID). Local: call it on
- * one process (rank 0) only. Statuses: AGMM_ERR_INVALID_ARG (id NULL, kind out of range),
- * AGMM_ERR_UNSUPPORTED (a GPU kind in a build without CUDA), AGMM_ERR_NCCL. */
+ * one process (rank 0) only. *id is the caller's, filled. Statuses: AGMM_ERR_INVALID_ARG (id NULL,
+ * kind out of range), AGMM_ERR_UNSUPPORTED (a GPU kind in a build without CUDA), AGMM_ERR_NCCL. */
 agmm_status agmm_unique_id_create(agmm_world_kind kind, agmm_unique_id *id);
 
 typedef struct {
@@ -170,7 +191,7 @@ typedef struct {
                                  environment (docs/processes.md) */
     void *nccl_comm;          /* GPU worlds: an ncclComm_t of these ranks to borrow (not destroyed,
                                  finalised or aborted by agmm); NULL: agmm makes its own */
-    double timeout_s;         /* bound on every wait for a peer; 0 means 5 s */
+    double timeout_s;         /* bound on every wait for a peer; 0: AGMM_TIMEOUT_S, unset 5 s */
     int allow_nvls;           /* as in agmm_world_config */
     int multi_host;           /* explicit rank/nranks only: 1 if the ranks run on several hosts (a
                                  GPU world, whose ranks then meet through NCCL alone); 0: one host.
@@ -180,60 +201,91 @@ typedef struct {
 
 /* Joins a world whose ranks are processes, as one rank (agmm_world_local_ranks == 1); then
  * agmm_ctx_create(&ctx, world, agmm_world_first_rank(world)) on the calling thread, and
- * agmm_world_run works too (one thread). Collective over the processes, within the timeout: on
- * one host they meet through abstract Unix sockets named after the job ("@agmm-<hash>-<rank>");
- * across hosts through NCCL. Before building the world every rank probes what it needs and says
- * what is missing (peer access between the GPUs, NCCL_P2P_DISABLE, the CUDA VMM handle type of
- * emulated worlds, ranks on several hosts): the symmetric-memory backends then report
- * "skipped: ..." (agmm_backend_available) and `auto` takes `nccl`. On failure *world is NULL and
- * errbuf holds the detail (which variable is missing, which rank never came); every rank that
- * got as far as meeting its peers fails with the same reason. Statuses as agmm_world_create,
- * plus AGMM_ERR_TIMEOUT, and AGMM_ERR_INVALID_ARG for a malformed AGMM_FAULT (README; its `join`
- * point is here). agmm_world_destroy is then local. */
+ * agmm_world_run works too (one thread). Before building the world every rank probes what it
+ * needs and says what is missing (peer access between the GPUs, NCCL_P2P_DISABLE, the CUDA VMM
+ * handle type of emulated worlds, ranks on several hosts): the symmetric-memory backends then
+ * report "skipped: ..." (agmm_backend_available) and `auto` takes `nccl`. Collective over the
+ * processes, within the timeout: on one host they meet through abstract Unix sockets named after
+ * the job ("@agmm-<hash>-<rank>"); across hosts through NCCL. The caller owns *world until
+ * agmm_world_destroy (then local); on failure *world is NULL and errbuf (the caller's) holds the
+ * detail (which variable is missing, which rank never came), the same on every rank that got as
+ * far as meeting its peers. Statuses as agmm_world_create, plus AGMM_ERR_TIMEOUT, and
+ * AGMM_ERR_INVALID_ARG for a malformed AGMM_FAULT (README; its `join` point is here). */
 agmm_status agmm_world_join(agmm_world **world, const agmm_join_config *config, char *errbuf, size_t errbuf_len);
 
-/* Creates the context of global rank `rank` (one of this process's local ranks). Collective over
- * the world: every rank calls it, each on its own thread (agmm_world_run does this). The
- * calling thread is the one that enqueues the rank's work from then on (its CUDA device is made
- * current). Statuses: AGMM_ERR_INVALID_ARG (rank out of range, a malformed AGMM_FAULT),
- * AGMM_ERR_TIMEOUT (a peer never came), CUDA/NCCL errors; the detail of a failure goes to stderr. */
+/* Creates the context of global rank `rank` (one of this process's local ranks): its device,
+ * streams, communicator and symmetric heap. The calling thread is the one that enqueues the
+ * rank's work from then on (its CUDA device is made current). Collective over the world: every
+ * rank calls it, each on its own thread (agmm_world_run does this). The caller owns *ctx until
+ * agmm_ctx_destroy; the world must outlive it. Statuses: AGMM_ERR_INVALID_ARG (rank out of range,
+ * a malformed AGMM_FAULT), AGMM_ERR_TIMEOUT (a peer never came), AGMM_ERR_NO_MEMORY, CUDA/NCCL
+ * errors; the detail of a failure goes to stderr. */
 agmm_status agmm_ctx_create(agmm_ctx **ctx, agmm_world *world, int rank);
-/* Collective: every rank destroys its context, after its plans. */
+/* Destroys a context and the symmetric memory it still holds. Collective: every rank destroys its
+ * context, after its plans. NULL-safe; cannot fail. */
 void agmm_ctx_destroy(agmm_ctx *ctx);
+/* The context's global rank, and its CUDA device ordinal (-1 in the CPU world). Local; -1 for
+ * NULL. */
 int agmm_ctx_rank(const agmm_ctx *ctx);
-int agmm_ctx_device(const agmm_ctx *ctx);   /* CUDA device ordinal; -1 in the CPU world */
-/* The detail of this rank's last failure, "" if none. Never NULL. Owned by ctx. */
+int agmm_ctx_device(const agmm_ctx *ctx);
+/* The detail of this rank's last failure, "" if none. Local. Never NULL; owned by ctx, valid until
+ * the rank's next call. */
 const char *agmm_last_error(const agmm_ctx *ctx);
-/* Blocks until the work this rank enqueued has finished; reports an asynchronous failure
- * (AGMM_ERR_TIMEOUT naming the peer, op and chunk, or a CUDA error). Local. Bounded: where the rank
- * has an NCCL communicator, work still unfinished after the world's timeout (an NCCL operation
- * waiting for a peer that died or stalled) gives AGMM_ERR_TIMEOUT, the communicator is aborted
- * (unless borrowed) and the world is unusable; so time a long queue of runs against it. */
+/* Blocks until the work this rank enqueued has finished, and reports an asynchronous failure.
+ * Local. Bounded: where the rank has an NCCL communicator, work still unfinished after the
+ * world's timeout (an NCCL operation waiting for a peer that died or stalled) gives
+ * AGMM_ERR_TIMEOUT, the communicator is aborted (unless borrowed) and the world is unusable; so
+ * time a long queue of runs against it. Statuses: AGMM_ERR_INVALID_ARG (ctx NULL),
+ * AGMM_ERR_TIMEOUT (naming the peer, operation and chunk), CUDA/NCCL errors. */
 agmm_status agmm_ctx_sync(agmm_ctx *ctx);
 
-/* Runs fn(ctx_of_rank, arg) on one thread per local rank, after creating each rank's context,
- * and returns the first non-success status; fn runs only once every rank has its context.
- * A convenience for one-process worlds. */
+/* Creates each local rank's context on a thread of its own, runs fn(ctx, arg) there once every
+ * rank has its context, then destroys the contexts: a convenience for one-process worlds. Local
+ * (it makes the collective calls of every local rank). fn and arg are the caller's; each ctx
+ * lives for fn's call only. Statuses: the first failure of a context's creation or of fn;
+ * AGMM_ERR_INVALID_ARG (world or fn NULL), AGMM_ERR_INTERNAL (a thread could not start, or a
+ * peer has no context). */
 typedef agmm_status (*agmm_rank_fn)(agmm_ctx *ctx, void *arg);
 agmm_status agmm_world_run(agmm_world *world, agmm_rank_fn fn, void *arg);
 
 /* ---- backends ---------------------------------------------------------------------------- */
 
-/* The backends of `op`, in the library's order: index 0, 1, ... until NULL. The names are what
- * descriptors take in `backend`. Never lists "auto". Local. */
+/* The name of backend `index` of `op`, in the library's order: index 0, 1, ... until NULL. The
+ * names are what descriptors take in `backend`; "auto" is never listed. Local. A static string;
+ * NULL past the last. */
 const char *agmm_backend_name(agmm_op op, int index);
-/* One line on what backend `name` of `op` does; NULL if op has no such backend. Local. */
+/* One line on what backend `name` of `op` does. Local. A static string; NULL if op has no such
+ * backend. */
 const char *agmm_backend_summary(agmm_op op, const char *name);
-/* 1 if plans of `op` with backend `name` can run in this world; else 0, with the reason in why
- * (why_len bytes, if why is not NULL): "unknown backend", or why the world cannot run it
- * ("needs NCCL, but ranks share a GPU"). "auto" and NULL give 1; with world NULL, 1 for any
- * backend `op` has (the name alone is checked). Local. */
+/* Whether plans of `op` with backend `name` can run in `world`: 1, or 0 with the reason in why:
+ * "unknown backend", or why the world cannot run it ("needs NCCL, but ranks share a GPU"). "auto"
+ * and NULL give 1; with world NULL, 1 for any backend `op` has (the name alone is checked). Local.
+ * why (why_len bytes) is the caller's and may be NULL. */
 int agmm_backend_available(const agmm_world *world, agmm_op op, const char *name, char *why, size_t why_len);
+
+/* What a plan may ask for. An operation's limits hold for every one of its backends (so that
+ * `auto` may take any); a backend's own limits are that backend's alone. */
+typedef enum {
+    AGMM_LIMIT_MAX_RANKS = 0,     /* the most ranks of a world: AGMM_MAX_RANKS, every operation */
+    AGMM_LIMIT_MAX_ELEMS,         /* the most elements of any operand: 2^40, every operation */
+    AGMM_LIMIT_K_MULTIPLE,        /* ag_matmul: K is a multiple of this (8: 16-byte rows of A) */
+    AGMM_LIMIT_N_MULTIPLE_ROW_B,  /* ag_matmul with a row-major B: N is a multiple of this (8) */
+    AGMM_LIMIT_MAX_SPLITS,        /* ag_matmul: the most chunks per rank (1024; at most M too) */
+    AGMM_LIMIT_CAPTURED_INPUTS    /* a backend's own: the most distinct inputs (the plan's own and
+                                     io.input values) a plan's CUDA-graph captures may use; pull:
+                                     16 (one tensor map per rank each) */
+} agmm_limit;
+
+/* Limit `what` of plans of `op` run by backend `name`, in *value; 0 where they have no such limit
+ * (K_MULTIPLE of all_reduce, CAPTURED_INPUTS of ce). NULL or "auto": the strictest over op's
+ * backends, which holds whichever one auto takes. Local. *value is the caller's. Statuses:
+ * AGMM_ERR_INVALID_ARG (value NULL, an unknown operation, backend or limit). */
+agmm_status agmm_backend_limit(agmm_op op, const char *name, agmm_limit what, int64_t *value);
 
 /* ---- plans ------------------------------------------------------------------------------- */
 
 typedef struct {
-    int64_t m;             /* rows of A per rank (the seed's M), >= 1 */
+    int64_t m;             /* rows of A per rank (each rank's shard), >= 1 */
     int64_t n;             /* >= 1; a multiple of 8 with a row-major B (16-byte rows) */
     int64_t k;             /* a multiple of 8 (16-byte rows of A for TMA) */
     agmm_layout b_layout;
@@ -266,74 +318,84 @@ typedef struct {
     void *reserved[6];     /* must be NULL */
 } agmm_all_reduce_io;
 
-/* Plans an operation on one rank. Collective (it allocates symmetric memory; every rank passes
- * the same descriptor). The descriptor is copied; the backend string need not outlive the call.
- * The plan owns its symmetric input buffer (agmm_plan_input). With backend NULL or "auto" the
+/* Plans an operation on one rank: checks the descriptor, chooses the backend, allocates the
+ * plan's symmetric input and sets up everything its runs need. With backend NULL or "auto" the
  * library chooses, every rank alike, and on GPUs it measures by default: this call then plans
  * and runs every backend that can run here, a few times each, on its own stream and buffers
  * (tens of milliseconds to a few hundred for a new shape; nothing for a shape whose choice is
  * cached); agmm_plan_backend says what it chose (docs/auto.md). Before anything is allocated the
  * ranks compare their descriptors (with the backend each resolved) and memory verdicts: ranks
- * that disagree, or one short of memory, fail the same way on every rank. Statuses:
- * AGMM_ERR_INVALID_ARG (a shape or backend, named in agmm_last_error; or ranks that disagree,
- * naming them), AGMM_ERR_UNSUPPORTED (a backend this world cannot run: "skipped: ..."),
- * AGMM_ERR_NO_MEMORY (the memory needed and available, named), CUDA/NCCL/cuBLAS errors,
- * AGMM_ERR_TIMEOUT. */
+ * that disagree, or one short of memory, fail the same way on every rank. Collective: every rank
+ * passes the same descriptor. The descriptor is copied (the backend string need not outlive the
+ * call); the caller owns *plan until agmm_plan_destroy, and the plan owns its symmetric input
+ * (agmm_plan_input). Statuses: AGMM_ERR_INVALID_ARG (a shape or backend, named in
+ * agmm_last_error; or ranks that disagree, naming them), AGMM_ERR_UNSUPPORTED (a backend this
+ * world cannot run: "skipped: ..."), AGMM_ERR_NO_MEMORY (the memory needed and available, named),
+ * CUDA/NCCL/cuBLAS errors, AGMM_ERR_TIMEOUT. */
 agmm_status agmm_plan_ag_matmul(agmm_plan **plan, agmm_ctx *ctx, const agmm_ag_matmul_desc *desc);
 agmm_status agmm_plan_all_reduce(agmm_plan **plan, agmm_ctx *ctx, const agmm_all_reduce_desc *desc);
-/* Collective: a rank destroys its plans in the same order as its peers. */
+/* Destroys a plan and its symmetric input. Collective: a rank destroys its plans in the same
+ * order as its peers. NULL-safe; cannot fail. */
 void agmm_plan_destroy(agmm_plan *plan);
+/* The plan's operation. Local. AGMM_OP_NONE for NULL. */
 agmm_op agmm_plan_op(const agmm_plan *plan);
-/* The backend that runs ("auto" resolved); "" for NULL. Owned by the library. */
+/* The backend that runs ("auto" resolved). Local. A static string; "" for NULL. */
 const char *agmm_plan_backend(const agmm_plan *plan);
 
-/* The rank's symmetric input buffer, owned by the plan, 16-byte aligned: A_r (m x k bf16,
- * row-major) for ag_matmul, the n-element vector for all_reduce. Device memory on GPUs, host
- * memory in the CPU world. The caller writes it (ordered before the run on the same stream) and
- * must not write it again until that run has completed on its stream. NULL for NULL. */
+/* The rank's symmetric input buffer, 16-byte aligned: A_r (m x k bf16, row-major) for ag_matmul,
+ * the n-element vector for all_reduce; device memory on GPUs, host memory in the CPU world. The
+ * caller writes it (ordered before the run on the same stream) and must not write it again until
+ * that run has completed on its stream. Local. Owned by the plan; NULL for NULL. */
 void *agmm_plan_input(agmm_plan *plan);
 
-/* Symmetric memory for the caller: `bytes` on every rank, zeroed, 256-byte aligned, that runs
- * read in place (io.input), so a producer can write its shard or vector there and no copy is
- * made. Device memory on GPUs, host memory in the CPU world. Collective (every rank asks for the
- * same size, in the same order). Freed by agmm_symmetric_free (collective, NULL-safe; in the same
- * order on every rank) or with the context. Statuses: AGMM_ERR_INVALID_ARG, AGMM_ERR_NO_MEMORY,
- * CUDA/NCCL errors, AGMM_ERR_TIMEOUT. */
+/* Allocates symmetric memory for the caller: `bytes` on every rank, zeroed, 256-byte aligned,
+ * that runs read in place (io.input), so a producer can write its shard or vector there and no
+ * copy is made. Device memory on GPUs, host memory in the CPU world. Collective: every rank asks
+ * for the same size, in the same order. The caller owns *ptr until agmm_symmetric_free
+ * (collective, in the same order on every rank; NULL-safe, cannot fail) or the context's
+ * destruction. Statuses: AGMM_ERR_INVALID_ARG, AGMM_ERR_NO_MEMORY, CUDA/NCCL errors,
+ * AGMM_ERR_TIMEOUT. */
 agmm_status agmm_symmetric_alloc(agmm_ctx *ctx, size_t bytes, void **ptr);
 void agmm_symmetric_free(agmm_ctx *ctx, void *ptr);
 
 /* Enqueues one run of an ag_matmul / all_reduce plan on `stream` (a cudaStream_t; the NULL stream
- * is refused where ranks share a GPU). Collective: every rank runs its plans in the same order.
- * Work on `stream` after this call sees all outputs. Outputs must be 16-byte aligned on GPUs
- * (all_reduce: element-aligned), and must not overlap the input except io.out == input. A missing
- * peer surfaces as AGMM_ERR_TIMEOUT from agmm_ctx_sync or from a later run; after any failed run
- * the rank is out of step with its peers and every later run fails: destroy the plans and the
- * context. Statuses: AGMM_ERR_INVALID_ARG (io, a plan of another operation), AGMM_ERR_TIMEOUT,
- * AGMM_ERR_UNSUPPORTED (a `pull` capture past its inputs, below), CUDA/NCCL/cuBLAS errors.
- *
- * Steps back to back: once the run has completed on `stream` (work enqueued after it on `stream`
- * runs after it), this rank may overwrite its input, B and the outputs: no peer reads them any
- * more. Nothing else need be waited for.
+ * is refused where ranks share a GPU): work on `stream` after this call sees all outputs. Outputs
+ * must be 16-byte aligned on GPUs (all_reduce: element-aligned), and must not overlap the input
+ * except io.out == input. Steps back to back: once the run has completed on `stream`, this rank
+ * may overwrite its input, B and the outputs (no peer reads them any more); nothing else need be
+ * waited for. Collective: every rank runs its plans in the same order (streams and graphs: the
+ * next section). io and its buffers are the caller's; nothing is kept after the call but what a
+ * graph capture records. A missing peer surfaces as AGMM_ERR_TIMEOUT from agmm_ctx_sync or from a
+ * later run; after any failed run the rank is out of step with its peers and every later run
+ * fails: destroy the plans and the context. Statuses: AGMM_ERR_INVALID_ARG (io, a plan of another
+ * operation), AGMM_ERR_TIMEOUT, AGMM_ERR_UNSUPPORTED (a capture past the backend's
+ * AGMM_LIMIT_CAPTURED_INPUTS, next section), CUDA/NCCL/cuBLAS errors. */
+agmm_status agmm_ag_matmul(agmm_plan *plan, const agmm_ag_matmul_io *io, void *stream);
+agmm_status agmm_all_reduce(agmm_plan *plan, const agmm_all_reduce_io *io, void *stream);
+
+/* ---- streams and CUDA graphs ------------------------------------------------------------
  *
  * Streams: a rank's runs execute on the device one after another, in the order they were called,
  * whatever streams they are enqueued on (each run waits for the rank's previous one), so running a
- * plan on two streams is safe; its runs are serialised, never overlapped.
+ * plan on two streams is safe; its runs are serialised, never overlapped. In the CPU world streams
+ * are ignored and runs are blocking.
  *
  * CUDA graphs: a run of any GPU backend may be captured (cudaStreamBeginCapture on `stream`; where
  * ranks are threads of one process, with cudaStreamCaptureModeThreadLocal or Relaxed, since the
  * ranks' threads keep calling CUDA). Epochs and flags live in device memory and advance on the
  * device, so every replay is a new step. Capturing is collective like running: every rank captures
  * the same runs in the same order and replays its graph where it would have run them. The io
- * pointers are fixed in the graph: refill those buffers between replays. A `pull` plan keeps what
- * it derives from the input pointers (a tensor map per rank) for 16 distinct inputs at most (the
- * plan's own, io.input values), and an input used in a capture keeps its entry for the plan's
- * life: a capture of a new input when captures hold all 16 fails with AGMM_ERR_UNSUPPORTED (make
- * another plan). A replay is ordered only by the stream it is launched on (a graph cannot wait for
- * work outside it): launch it on a stream ordered after the rank's earlier runs, and enqueue no
- * run of the rank on another stream while it may still be executing. agmm_ctx_sync also waits for
- * replays launched so far. The CPU world has no graphs. */
-agmm_status agmm_ag_matmul(agmm_plan *plan, const agmm_ag_matmul_io *io, void *stream);
-agmm_status agmm_all_reduce(agmm_plan *plan, const agmm_all_reduce_io *io, void *stream);
+ * pointers are fixed in the graph: refill those buffers between replays. A replay is ordered only
+ * by the stream it is launched on (a graph cannot wait for work outside it): launch it on a stream
+ * ordered after the rank's earlier runs, and enqueue no run of the rank on another stream while it
+ * may still be executing. agmm_ctx_sync also waits for replays launched so far. The CPU world has
+ * no graphs.
+ *
+ * A backend's own limit: a backend with AGMM_LIMIT_CAPTURED_INPUTS > 0 (pull: 16) keeps what it
+ * derives from the input pointers for that many distinct inputs (the plan's own, io.input
+ * values), and an input used in a capture keeps its entry for the plan's life: a run of a new
+ * input when captures hold them all fails with AGMM_ERR_UNSUPPORTED (make another plan); runs
+ * outside captures reuse the entries no capture holds. */
 
 #ifdef __cplusplus
 }

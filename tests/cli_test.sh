@@ -153,5 +153,23 @@ sed -n '/<!-- backends: begin -->/,/<!-- backends: end -->/p' "$(dirname "$0")/.
 [ $rc -eq 0 ] && [ -s "$tmp/lb" ] && cmp -s "$tmp/lb" "$tmp/rt"
 check "README's backend table is agmm-bench --list-backends verbatim (got $rc; regenerate it from that output)" $?
 
+# The README's list of environment variables is the library's knob table, verbatim, and the library
+# reads AGMM_* variables only through that table.
+"$bench" --list-knobs >"$tmp/lk" 2>"$tmp/err"
+rc=$?
+sed -n '/<!-- knobs: begin -->/,/<!-- knobs: end -->/p' "$(dirname "$0")/../README.md" | sed '1d;$d' >"$tmp/rk"
+[ $rc -eq 0 ] && [ -s "$tmp/lk" ] && cmp -s "$tmp/lk" "$tmp/rk"
+check "README's environment list is agmm-bench --list-knobs verbatim (got $rc; regenerate it from that output)" $?
+"$bench" --help | grep -q "^  AGMM_TIMEOUT_S  *a number in"
+check "agmm-bench --help lists the knobs" $?
+src=$(dirname "$0")/../src
+direct=$(grep -rn 'getenv("AGMM_' "$src" "$(dirname "$0")/../tools" | grep -v 'src/core/knobs.c')
+[ -z "$direct" ]
+check "no AGMM_* variable is read outside the knob table (src/core/knobs.c): ${direct:-none}" $?
+AGMM_TIMEOUT_S=0 "$bench" --world cpu --check >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "AGMM_TIMEOUT_S=0: must be a number in" "$tmp/err"
+check "a bad knob (AGMM_TIMEOUT_S=0) exits 2 naming it before any device starts (got $rc: $(head -c 200 "$tmp/err"))" $?
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -21,6 +21,7 @@ void test_validate_host_collective_order(void);
 /* test_backends.c: the backend table and the public backend queries. */
 void test_backend_table(void);
 void test_backend_queries(void);
+void test_backend_limits(void);
 
 /* test_cpu_backends.c: every CPU backend against the fp64 reference. */
 void test_cpu_reference(void);
@@ -86,6 +87,11 @@ void test_tune_measured(void);
 void test_tune_agreement(void);
 void test_tune_off(void);
 void test_tune_op_types(void);
+
+/* test_knobs.c: the knob table, its values, and what reaches the worlds. */
+void test_knobs_table(void);
+void test_knobs_values(void);
+void test_knobs_worlds(void);
 
 /* Helpers of the CPU tests (test_cpu_backends.c). */
 /* A CPU world of nranks ranks (timeout_s 0: the default), or NULL after a FAIL line. */

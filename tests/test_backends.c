@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "agmm.h"
+#include "api/agmm_ext.h"
 #include "backends/backend.h"
 #include "core/error.h"
 #include "cpu_tests.h"
@@ -292,4 +293,71 @@ void test_backend_queries(void)
                "plan all_reduce with backend from a buffer overwritten after the call: %s, agmm_plan_backend \"%s\" "
                "(the descriptor is copied)",
                agmm_status_str(res[0].copied_status), res[0].copied_backend);
+}
+
+/* One limit's value, or -2 where the query failed. */
+static int64_t limit_of(agmm_op op, const char *name, agmm_limit what)
+{
+    int64_t v = -1;
+    return agmm_backend_limit(op, name, what, &v) == AGMM_SUCCESS ? v : -2;
+}
+
+/* ag_matmul's check without a world, at W = 2: 1 if it accepts the descriptor. */
+static int mm_ok(int64_t m, int64_t n, int64_t k, agmm_layout layout, int splits)
+{
+    char why[AGMM_ERROR_LEN];
+    agmm_ag_matmul_desc d = {.m = m, .n = n, .k = k, .b_layout = layout, .splits = splits};
+    return agmm_ext_check_ag_matmul(&d, 2, why, sizeof why) == AGMM_SUCCESS;
+}
+
+void test_backend_limits(void)
+{
+    agmm_check(agmm_plan_op(NULL) == AGMM_OP_NONE && strcmp(agmm_op_name(AGMM_OP_NONE), "?") == 0,
+               "agmm_plan_op(NULL) is AGMM_OP_NONE (%d), which names no operation", (int)agmm_plan_op(NULL));
+
+    /* The operation's limits: the same for every backend and auto, and what the checks enforce. */
+    const agmm_op mm = AGMM_OP_AG_MATMUL;
+    const int64_t km = limit_of(mm, NULL, AGMM_LIMIT_K_MULTIPLE), nm = limit_of(mm, NULL, AGMM_LIMIT_N_MULTIPLE_ROW_B);
+    const int64_t sm = limit_of(mm, NULL, AGMM_LIMIT_MAX_SPLITS);
+    int same = 1;
+    for (int i = 0; agmm_backend_name(mm, i) != NULL; i++) {
+        const char *b = agmm_backend_name(mm, i);
+        same &= limit_of(mm, b, AGMM_LIMIT_K_MULTIPLE) == km && limit_of(mm, b, AGMM_LIMIT_N_MULTIPLE_ROW_B) == nm &&
+                limit_of(mm, b, AGMM_LIMIT_MAX_SPLITS) == sm && limit_of(mm, b, AGMM_LIMIT_MAX_RANKS) == AGMM_MAX_RANKS;
+    }
+    const agmm_layout col = AGMM_LAYOUT_COL_MAJOR, row = AGMM_LAYOUT_ROW_MAJOR;
+    int enforced = km > 1 && nm > 1 && sm > 1 && mm_ok(8, 8, 3 * km, col, 0) && !mm_ok(8, 8, 3 * km - 1, col, 0) &&
+                   mm_ok(8, 3 * nm, 8, row, 0) && !mm_ok(8, 3 * nm - 1, 8, row, 0) && mm_ok(8, 3 * nm - 1, 8, col, 0) &&
+                   mm_ok(sm + 1, 8, 8, col, (int)sm) && !mm_ok(sm + 1, 8, 8, col, (int)sm + 1);
+    agmm_check(same && enforced,
+               "ag_matmul's limits, the same for every backend and auto: K a multiple of %lld, N of %lld with a "
+               "row-major B, at most %lld splits, %d ranks; the descriptor check accepts each bound and refuses one past "
+               "it",
+               (long long)km, (long long)nm, (long long)sm, AGMM_MAX_RANKS);
+
+    const agmm_op ar = AGMM_OP_ALL_REDUCE;
+    const int64_t elems = limit_of(ar, "one_shot", AGMM_LIMIT_MAX_ELEMS);
+    char why[AGMM_ERROR_LEN];
+    agmm_all_reduce_desc at = {.n = elems}, past = {.n = elems + 1};
+    agmm_check(elems > 0 && agmm_ext_check_all_reduce(&at, why, sizeof why) == AGMM_SUCCESS &&
+                   agmm_ext_check_all_reduce(&past, why, sizeof why) == AGMM_ERR_INVALID_ARG &&
+                   limit_of(ar, NULL, AGMM_LIMIT_K_MULTIPLE) == 0 && limit_of(ar, "nccl", AGMM_LIMIT_MAX_SPLITS) == 0,
+               "all_reduce: at most %lld elements (checked: n at it accepted, one past refused); no K multiple or "
+               "splits (0)",
+               (long long)elems);
+
+    /* A backend's own limit: pull's captured inputs; auto's is the strictest of its backends. */
+    agmm_check(limit_of(mm, "pull", AGMM_LIMIT_CAPTURED_INPUTS) == 16 &&
+                   limit_of(mm, "ce", AGMM_LIMIT_CAPTURED_INPUTS) == 0 &&
+                   limit_of(mm, "fused", AGMM_LIMIT_CAPTURED_INPUTS) == 0 &&
+                   limit_of(mm, "auto", AGMM_LIMIT_CAPTURED_INPUTS) == 16 &&
+                   limit_of(ar, NULL, AGMM_LIMIT_CAPTURED_INPUTS) == 0,
+               "captured inputs: pull 16, ce and fused none, ag_matmul's auto 16 (pull's), all_reduce's none");
+
+    int64_t v = 0;
+    agmm_check(agmm_backend_limit(mm, "nope", AGMM_LIMIT_K_MULTIPLE, &v) == AGMM_ERR_INVALID_ARG &&
+                   agmm_backend_limit(mm, "pull", (agmm_limit)99, &v) == AGMM_ERR_INVALID_ARG &&
+                   agmm_backend_limit(mm, "pull", AGMM_LIMIT_MAX_RANKS, NULL) == AGMM_ERR_INVALID_ARG &&
+                   agmm_backend_limit(AGMM_OP_NONE, NULL, AGMM_LIMIT_MAX_RANKS, &v) == AGMM_ERR_INVALID_ARG,
+               "agmm_backend_limit refuses an unknown backend, limit or operation and a NULL value (INVALID_ARG)");
 }

@@ -14,6 +14,7 @@ static const agmm_test_case cases[] = {
     {"validate/host_order", test_validate_host_collective_order},
     {"backends/table", test_backend_table},
     {"backends/queries", test_backend_queries},
+    {"backends/limits", test_backend_limits},
     {"cpu/reference", test_cpu_reference},
     {"cpu/ag_matmul/exact", test_cpu_ag_matmul_exact},
     {"cpu/ag_matmul/random", test_cpu_ag_matmul_random},
@@ -45,6 +46,9 @@ static const agmm_test_case cases[] = {
     {"tune/agreement", test_tune_agreement},
     {"tune/off", test_tune_off},
     {"tune/op_types", test_tune_op_types},
+    {"knobs/table", test_knobs_table},
+    {"knobs/values", test_knobs_values},
+    {"knobs/worlds", test_knobs_worlds},
 };
 
 int main(int argc, char **argv)

@@ -409,7 +409,7 @@ static const op_sample samples[] = {
 
 typedef struct {
     int checked, failed;
-    char msg[512];
+    char msg[1024];
 } op_types_job;
 
 static agmm_status op_types_rank(agmm_ctx *ctx, void *arg)

@@ -29,6 +29,7 @@ static const char *const usage_head =
     "  --backends LIST     comma-separated backend names, auto too (default: every backend of the\n"
     "                      op that runs in the world); the backends are listed below\n"
     "  --list-backends     print the backends as a markdown table and exit\n"
+    "  --list-knobs        print the library's environment variables as a markdown table and exit\n"
     "  --world KIND        auto (default: GPUs if any, else the CPU), gpu, emulated, cpu\n"
     "  --ranks N           ranks (default: one per GPU; 4 on the CPU); with --world emulated,\n"
     "                      N ranks share the visible GPUs\n"
@@ -41,7 +42,7 @@ static const char *const usage_head =
     "  --splits S          chunks per rank for ce and fused (default 1)\n"
     "  --b-layout L        col (default: B^T contiguous, the seed's layout) or row\n"
     "  --dtype T           all_reduce element type: bf16 (default) or fp32\n"
-    "  --timeout SEC       bound on every wait for a peer (default 5)\n"
+    "  --timeout SEC       bound on every wait for a peer (default: AGMM_TIMEOUT_S, below)\n"
     "  --csv FILE          write every figure as CSV\n"
     "  --json FILE         write every figure as JSON\n"
     "  --fault SPEC        inject a fault: rank=R,at=POINT,action=ACTION[,ms=N] (the README's\n"
@@ -68,6 +69,25 @@ void bench_usage(FILE *f)
         for (int i = 0; agmm_backend_name(ops[o], i) != NULL; i++)
             fprintf(f, "  %-10s %-11s %s\n", i == 0 ? agmm_op_name(ops[o]) : "", agmm_backend_name(ops[o], i),
                     agmm_backend_summary(ops[o], agmm_backend_name(ops[o], i)));
+    fputs("\nEnvironment (the library's knobs, src/core/knobs.h; a value not allowed is an error naming it):\n", f);
+    for (int i = 0; i < AGMM_KNOB_COUNT; i++) {
+        const agmm_knob *k = agmm_knob_at((agmm_knob_id)i);
+        char allowed[256];
+        agmm_knob_allowed(k, allowed, sizeof allowed);
+        fprintf(f, "  %-20s %s; unset: %s\n  %-20s %s\n", k->var, allowed, k->def, "", k->doc);
+    }
+}
+
+/* The knob table as markdown: the README's list is this output (tests/cli_test.sh checks). */
+static void list_knobs(FILE *f)
+{
+    fputs("| variable | allowed | unset | what it does |\n|---|---|---|---|\n", f);
+    for (int i = 0; i < AGMM_KNOB_COUNT; i++) {
+        const agmm_knob *k = agmm_knob_at((agmm_knob_id)i);
+        char allowed[256];
+        agmm_knob_allowed(k, allowed, sizeof allowed);
+        fprintf(f, "| `%s` | %s | %s | %s |\n", k->var, allowed, k->def, k->doc);
+    }
 }
 
 /* The backend table as markdown: the README's table is this output (tests/cli_test.sh checks). */
@@ -265,6 +285,9 @@ int bench_parse(int argc, char **argv, bench_options *o)
         } else if (!strcmp(a, "--list-backends")) {
             list_backends(stdout);
             return 1;
+        } else if (!strcmp(a, "--list-knobs")) {
+            list_knobs(stdout);
+            return 1;
         } else if (!strcmp(a, "--no-flush")) {
             o->flush = 0, takes = 0;
         } else if (!strcmp(a, "--check")) {
@@ -364,9 +387,15 @@ int bench_parse(int argc, char **argv, bench_options *o)
     }
     if ((o->csv_path && check_output("--csv", o->csv_path)) || (o->json_path && check_output("--json", o->json_path)))
         return 2;
+    /* The library's knobs are checked here, so a bad one is exit 2 before any device starts. */
+    agmm_error knob_err = {AGMM_SUCCESS, ""};
+    agmm_knob_value fault;
+    if (agmm_knobs_check(&knob_err) != AGMM_SUCCESS)
+        return bad("environment", NULL, agmm_error_detail(knob_err.msg));
     /* A fault spec, from --fault or the environment, is checked here (exit 2 with the grammar);
      * --fault reaches the library as AGMM_FAULT. */
-    const char *spec = o->fault ? o->fault : getenv("AGMM_FAULT");
+    agmm_knob_read(AGMM_KNOB_FAULT, &fault, &knob_err);
+    const char *spec = o->fault ? o->fault : fault.text;
     char why[AGMM_ERROR_LEN];
     if (spec && agmm_ext_check_fault(spec, why, sizeof why) != AGMM_SUCCESS)
         return bad(o->fault ? "--fault" : "AGMM_FAULT", spec, why);

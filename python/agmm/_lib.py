@@ -153,6 +153,7 @@ _PROTOTYPES = {
     "agmm_world_local_ranks": (ctypes.c_int, [_P]),
     "agmm_world_first_rank": (ctypes.c_int, [_P]),
     "agmm_world_describe": (ctypes.c_char_p, [_P]),
+    "agmm_world_default_timeout_s": (ctypes.c_double, []),
     "agmm_unique_id_create": (ctypes.c_int, [ctypes.c_int, ctypes.POINTER(UniqueId)]),
     "agmm_world_join": (ctypes.c_int, [ctypes.POINTER(_P), ctypes.POINTER(JoinConfig), ctypes.c_char_p,
                                        ctypes.c_size_t]),

@@ -248,8 +248,8 @@ class _ThreadExchange:
 
 class World:
     """A CPU world of `nranks` threads in this process (agmm_world_create with kind CPU).
-    timeout_s bounds every wait for a peer (0: the library's 5 s); max_plans bounds each rank's
-    plan cache. close() (or the end of a `with`) destroys it."""
+    timeout_s bounds every wait for a peer (0: the library's default, AGMM_TIMEOUT_S or 5 s);
+    max_plans bounds each rank's plan cache. close() (or the end of a `with`) destroys it."""
 
     def __init__(self, nranks=4, *, timeout_s=0.0, max_plans=16):
         if not isinstance(nranks, int):
@@ -263,7 +263,7 @@ class World:
                               lambda text: text.split("=", 1)[0] if "=" in text else None)
         self._ptr = ptr.value
         self.nranks = lib.agmm_world_nranks(self._ptr)
-        self.timeout_s = timeout_s if timeout_s > 0 else 5.0
+        self.timeout_s = timeout_s if timeout_s > 0 else lib.agmm_world_default_timeout_s()
         self.max_plans = max_plans
         self.describe = lib.agmm_world_describe(self._ptr).decode()
 

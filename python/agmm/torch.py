@@ -132,8 +132,9 @@ def init(group=None, *, kind="auto", timeout_s=0.0, max_plans=32):
     same ranks, whose waits the timeout bounds). A group of one process on device 0 needs no
     bootstrap: its one-rank world is made in the process. kind: "gpu" (one GPU per rank),
     "emulated" (ranks share GPUs: agmm's own symmetric memory, no NCCL backends), or "auto" (which
-    of the two the ranks' devices say). timeout_s bounds every wait for a peer (0: 5 s); it also
-    bounds the check, when a plan is made, that every rank asked for the same one. Collective."""
+    of the two the ranks' devices say). timeout_s bounds every wait for a peer (0: the library's
+    default, AGMM_TIMEOUT_S or 5 s); it also bounds the check, when a plan is made, that every rank
+    asked for the same one. Collective."""
     global _state
     if _state is not None:
         raise RuntimeError("agmm.torch.init: already initialised; call agmm.torch.finalize() first")
@@ -146,7 +147,7 @@ def init(group=None, *, kind="auto", timeout_s=0.0, max_plans=32):
     if kind not in ("auto", "gpu", "emulated"):
         raise ValueError(f"agmm.torch.init: kind={kind!r}: want 'auto', 'gpu' or 'emulated'")
     if not (isinstance(timeout_s, (int, float)) and timeout_s >= 0):
-        raise ValueError(f"agmm.torch.init: timeout_s={timeout_s!r}: want a number >= 0 (0 means 5 s)")
+        raise ValueError(f"agmm.torch.init: timeout_s={timeout_s!r}: want a number >= 0 (0: the library's default)")
     group = group or dist.group.WORLD
     my_rank, nranks = dist.get_rank(group), dist.get_world_size(group)
     if my_rank < 0:
@@ -155,7 +156,7 @@ def init(group=None, *, kind="auto", timeout_s=0.0, max_plans=32):
     device = torch.device("cuda", torch.cuda.current_device())
     st = _State()
     st.rank, st.nranks, st.device = my_rank, nranks, device
-    wait_s = timeout_s if timeout_s > 0 else 5.0
+    wait_s = timeout_s if timeout_s > 0 else lib.agmm_world_default_timeout_s()
     # A gloo side group bounds every exchange of ours by the world's timeout (an NCCL group's
     # collectives wait for its own, much longer, timeout).
     st.exchange_group = dist.new_group(dist.get_process_group_ranks(group), backend="gloo",

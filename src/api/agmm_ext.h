@@ -7,7 +7,7 @@
  *   - memory checks before allocating, and the fault spec's check (AGMM_FAULT, --fault);
  *   - core's helpers the benchmark shares with the library: bf16 conversion and the RNG
  *     (core/numeric.h), medians (core/stats.h), dtype sizes (core/validate.h), message text
- *     (core/text.h). */
+ *     (core/text.h), and the knob table (core/knobs.h), which --help and --list-knobs print. */
 #ifndef AGMM_API_AGMM_EXT_H
 #define AGMM_API_AGMM_EXT_H
 
@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "agmm.h"
+#include "../core/knobs.h"
 #include "../core/numeric.h"
 #include "../core/stats.h"
 #include "../core/text.h"

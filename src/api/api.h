@@ -46,6 +46,10 @@ typedef struct {
      * rank's device memory, 256-byte aligned) as the io's other buffers: the operation's public
      * run function. Collective. */
     agmm_status (*run_scratch)(agmm_plan *plan, void *const *buf, void *stream);
+
+    /* Optional (NULL: none): the operation's own value of limit `what` (agmm.h), which every
+     * backend of it has; 0 where it has no such limit. */
+    int64_t (*limit)(agmm_limit what);
 } agmm_op_type;
 
 /* The most buffers an operation's scratch names. */

@@ -4,6 +4,7 @@
 
 #include "api.h"
 #include "../core/text.h"
+#include "../core/validate.h"
 
 const char *agmm_backend_name(agmm_op op, int index)
 {
@@ -58,6 +59,30 @@ void agmm_backend_takes(agmm_op op, char *buf, size_t len)
     char list[256];
     agmm_backend_list(op, list, sizeof list);
     agmm_format(buf, len, "%s takes auto, %s", agmm_op_name(op), list);
+}
+
+agmm_status agmm_backend_limit(agmm_op op, const char *name, agmm_limit what, int64_t *value)
+{
+    const agmm_op_type *type = agmm_op_type_of(op);
+    if (value == NULL || type == NULL || what < AGMM_LIMIT_MAX_RANKS || what > AGMM_LIMIT_CAPTURED_INPUTS)
+        return AGMM_ERR_INVALID_ARG;
+    const agmm_backend *only = agmm_backend_is_auto(name) ? NULL : agmm_backend_find(op, name);
+    if (!agmm_backend_is_auto(name) && only == NULL)
+        return AGMM_ERR_INVALID_ARG;
+    switch (what) {
+    case AGMM_LIMIT_MAX_RANKS: *value = AGMM_MAX_RANKS; return AGMM_SUCCESS;
+    case AGMM_LIMIT_MAX_ELEMS: *value = AGMM_MAX_ELEMS; return AGMM_SUCCESS;
+    case AGMM_LIMIT_CAPTURED_INPUTS: break;
+    default: *value = type->limit ? type->limit(what) : 0; return AGMM_SUCCESS;
+    }
+    /* A backend's own limit; for auto the strictest, which holds whichever backend it takes. */
+    *value = 0;
+    for (int i = 0; agmm_backend_at(op, i) != NULL; i++) {
+        const agmm_backend *b = agmm_backend_at(op, i);
+        if ((only == NULL || b == only) && b->captured_inputs > 0 && (*value == 0 || b->captured_inputs < *value))
+            *value = b->captured_inputs;
+    }
+    return AGMM_SUCCESS;
 }
 
 int agmm_backend_available(const agmm_world *world, agmm_op op, const char *name, char *why, size_t why_len)

@@ -80,6 +80,16 @@ static agmm_status run_scratch(agmm_plan *plan, void *const *buf, void *stream)
     return agmm_ag_matmul(plan, &io, stream);
 }
 
+static int64_t limit(agmm_limit what)
+{
+    switch (what) {
+    case AGMM_LIMIT_K_MULTIPLE:
+    case AGMM_LIMIT_N_MULTIPLE_ROW_B: return AGMM_AG_MATMUL_ROW_MULTIPLE;
+    case AGMM_LIMIT_MAX_SPLITS: return AGMM_AG_MATMUL_MAX_SPLITS;
+    default: return 0;
+    }
+}
+
 const agmm_op_type agmm_op_ag_matmul = {
     .op = AGMM_OP_AG_MATMUL,
     .check = check,
@@ -91,4 +101,5 @@ const agmm_op_type agmm_op_ag_matmul = {
     .scratch = scratch,
     .plan_with = plan_with,
     .run_scratch = run_scratch,
+    .limit = limit,
 };

@@ -16,6 +16,7 @@ const agmm_op_type *agmm_op_type_of(agmm_op op)
     switch (op) {
     case AGMM_OP_AG_MATMUL: return &agmm_op_ag_matmul;
     case AGMM_OP_ALL_REDUCE: return &agmm_op_all_reduce;
+    case AGMM_OP_NONE: break;
     }
     return NULL;
 }
@@ -120,7 +121,7 @@ void agmm_plan_destroy(agmm_plan *p)
     free(p);
 }
 
-agmm_op agmm_plan_op(const agmm_plan *p) { return p ? p->op : AGMM_OP_AG_MATMUL; }
+agmm_op agmm_plan_op(const agmm_plan *p) { return p ? p->op : AGMM_OP_NONE; }
 const char *agmm_plan_backend(const agmm_plan *p) { return p ? p->backend->name : ""; }
 void *agmm_plan_input(agmm_plan *p) { return p && p->input ? p->input->local : NULL; }
 

@@ -5,20 +5,22 @@
  *   1. Rank 0 decides how to choose, alone: the static rule where measuring is off (AGMM_TUNE=0,
  *      or unset in the CPU world) or only one backend can run; a choice cached in its memory or
  *      in the cache file under the plan's key; else measuring. One host exchange gives every
- *      rank rank 0's decision, so they all make the same collective calls next.
+ *      rank rank 0's decision and its measuring knobs (AGMM_TUNE_RUNS, AGMM_TUNE_BUDGET_MS), so
+ *      they all make the same collective calls next.
  *   2. Measuring: every candidate (a backend of the operation, usable in this world, with
  *      auto_order >= 0), in table order, on every rank: planned (collective), its input filled,
- *      one warm-up run, then RUNS_MAX runs at most, fewer where the warm-up says they would
- *      exceed the candidate's share of BUDGET_MS, each timed alone (events on GPUs, after an L2
- *      flush as agmm-bench does; the wall clock in the CPU world), then destroyed. After each
- *      step the ranks exchange their figure and every rank takes the maximum (a collective run is
- *      as slow as its slowest rank); a candidate that some rank cannot plan is dropped by all.
+ *      one warm-up run, then AGMM_TUNE_RUNS runs at most, fewer where the warm-up says they
+ *      would exceed the candidate's share of AGMM_TUNE_BUDGET_MS, each timed alone (events on
+ *      GPUs, after an L2 flush as agmm-bench does; the wall clock in the CPU world), then
+ *      destroyed. After each step the ranks exchange their figure and every rank takes the
+ *      maximum (a collective run is as slow as its slowest rank); a candidate that some rank
+ *      cannot plan is dropped by all.
  *      Every rank then holds the same numbers and picks the same fastest candidate (ties: table
  *      order), with no broadcast needed.
  *   3. Rank 0 remembers the choice in memory and writes it to the cache file.
  * The cost of a new shape: the candidates' plan creations and destructions, plus per candidate
- * one warm-up run and at most max(RUNS_MAX runs, BUDGET_MS / candidates) of timed runs; rank 0
- * logs it at AGMM_LOG=info and agmm_tune_last has it.
+ * one warm-up run and at most max(one run, AGMM_TUNE_BUDGET_MS / candidates) of timed runs (and
+ * AGMM_TUNE_RUNS runs at most); rank 0 logs it at AGMM_LOG=info and agmm_tune_last has it.
  * Nothing here knows an operation: its type (api.h) sizes the measuring buffers, plans a candidate
  * and runs it, and tune_cache.c's key reads the type's description of the descriptor. */
 #include <math.h>
@@ -29,14 +31,14 @@
 
 #include "api.h"
 #include "tune.h"
+#include "../core/knobs.h"
 #include "../core/stats.h"
 #ifdef AGMM_HAVE_CUDA
 #include "../world/gpu_check.h"
 #include "../world/rank_gpu.h"
 #endif
 
-#define RUNS_MAX 20
-#define BUDGET_MS 100.0
+/* Internal sizes, not knobs: a key is a few hundred bytes at most (tune_cache.c). */
 #define KEY_BYTES 512
 /* What candidates' inputs hold while measuring: bytes of 0x3c, bf16 0x3c3c ~ 0.0115 (fp32 ~
  * 0.0115 too): finite, non-zero, no overflow in any sum. */
@@ -180,10 +182,12 @@ typedef struct {
     const agmm_op_type *type;
     const void *desc;           /* the caller's, checked */
     size_t input_bytes;         /* of the plan's input, filled before each candidate's warm-up */
+    int runs_max;               /* rank 0's AGMM_TUNE_RUNS */
+    double *times;              /* of one candidate's runs, in us: runs_max */
     int gpu;
     void *stream;               /* the runs' cudaStream_t; NULL in the CPU world */
 #ifdef AGMM_HAVE_CUDA
-    cudaEvent_t events[2 * RUNS_MAX]; /* start and stop of each timed run */
+    cudaEvent_t *events;        /* start and stop of each timed run: 2 * runs_max */
 #endif
     void *flush;
     size_t flush_bytes;
@@ -216,6 +220,7 @@ fail:
 
 static void session_close(session *se)
 {
+    free(se->times);
     for (int i = 0; i < se->nbuf; i++) {
         if (!se->gpu)
             free(se->buf[i]);
@@ -227,9 +232,10 @@ static void session_close(session *se)
 #ifdef AGMM_HAVE_CUDA
     if (se->gpu) {
         cudaFree(se->flush);
-        for (int i = 0; i < 2 * RUNS_MAX; i++)
+        for (int i = 0; se->events && i < 2 * se->runs_max; i++)
             if (se->events[i])
                 cudaEventDestroy(se->events[i]);
+        free(se->events);
         if (se->stream)
             cudaStreamDestroy((cudaStream_t)se->stream);
         cudaGetLastError();
@@ -246,6 +252,15 @@ static agmm_status session_open(session *se)
     se->input_bytes = agmm_op_shape(se->type, se->ctx, se->desc, &shape);
     se->nbuf = se->type->scratch(&shape, se->buf_bytes);
     se->gpu = (ri->caps & AGMM_CAP_GPU) != 0;
+    se->times = calloc((size_t)se->runs_max, sizeof *se->times);
+    int lacking = se->times == NULL;
+#ifdef AGMM_HAVE_CUDA
+    if (se->gpu)
+        se->events = calloc(2 * (size_t)se->runs_max, sizeof *se->events);
+    lacking |= se->gpu && se->events == NULL;
+#endif
+    if (lacking)
+        return AGMM_FAIL(err, AGMM_ERR_NO_MEMORY, "rank %d: auto's timings of %d runs", ri->rank, se->runs_max);
     if (!se->gpu) {
         for (int i = 0; i < se->nbuf; i++) {
             if (se->buf_bytes[i] == 0)
@@ -263,7 +278,7 @@ static agmm_status session_open(session *se)
     cudaStream_t s = NULL;
     AGMM_CUDA_TRY(st, err, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     se->stream = s;
-    for (int i = 0; i < 2 * RUNS_MAX; i++)
+    for (int i = 0; i < 2 * se->runs_max; i++)
         AGMM_CUDA_TRY(st, err, cudaEventCreate(&se->events[i]));
     /* Twice the L2: what a flush must overwrite so that no run finds its operands cached. */
     AGMM_CUDA_TRY(st, err, cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, ri->device));
@@ -286,7 +301,7 @@ static agmm_status run_once(session *se, agmm_plan *p)
     return se->type->run_scratch(p, se->buf, se->stream);
 }
 
-/* n runs of p (n <= RUNS_MAX), each timed alone: us[i] in microseconds. */
+/* n runs of p (n <= runs_max), each timed alone: us[i] in microseconds. */
 static agmm_status time_runs(session *se, agmm_plan *p, int n, double *us)
 {
     agmm_status st = AGMM_SUCCESS;
@@ -340,7 +355,7 @@ static agmm_status measure_one(session *se, const agmm_backend *b, double share_
     agmm_ctx *ctx = se->ctx;
     agmm_error *err = agmm_ctx_err(ctx);
     agmm_plan *p = NULL;
-    double agreed = -1, t[RUNS_MAX];
+    double agreed = -1, *t = se->times;
     agmm_status st = se->type->plan_with(&p, ctx, se->desc, b->name), ast;
     *us = -1;
     ast = agree_max(ctx, st == AGMM_SUCCESS ? 0.0 : -1.0, &agreed);
@@ -360,7 +375,7 @@ static agmm_status measure_one(session *se, const agmm_backend *b, double share_
         ast = agree_max(ctx, st == AGMM_SUCCESS ? t[0] : -1.0, &agreed);
     }
     if (ast == AGMM_SUCCESS && agreed >= 0) {
-        *runs = agreed > 0 ? (int)fmin(RUNS_MAX, fmax(1, floor(1e3 * share_ms / agreed))) : RUNS_MAX;
+        *runs = agreed > 0 ? (int)fmin(se->runs_max, fmax(1, floor(1e3 * share_ms / agreed))) : se->runs_max;
         agmm_stats stats = {0};
         st = time_runs(se, p, *runs, t);
         const tune_state *ts = agmm_ctx_api_state(ctx);
@@ -380,12 +395,13 @@ static agmm_status measure_one(session *se, const agmm_backend *b, double share_
     return ast;
 }
 
-/* Step 2 of the header comment: fills r (choice, candidates' times, cost). Collective. */
+/* Step 2 of the header comment: fills r (choice, candidates' times, cost), with rank 0's knobs:
+ * at most runs_max timed runs of a candidate, budget_ms of them for all. Collective. */
 static agmm_status measure(agmm_ctx *ctx, agmm_op op, const void *desc, const agmm_backend *const *cand, int n,
-                           agmm_tune_result *r)
+                           int runs_max, double budget_ms, agmm_tune_result *r)
 {
     double t0 = now_ms();
-    session se = {.ctx = ctx, .type = agmm_op_type_of(op), .desc = desc};
+    session se = {.ctx = ctx, .type = agmm_op_type_of(op), .desc = desc, .runs_max = runs_max};
     agmm_status st = session_open(&se);
     double agreed = -1;
     agmm_status ast = agree_max(ctx, st == AGMM_SUCCESS ? 0.0 : -1.0, &agreed);
@@ -402,7 +418,7 @@ static agmm_status measure(agmm_ctx *ctx, agmm_op op, const void *desc, const ag
     for (int i = 0; ast == AGMM_SUCCESS && agreed >= 0 && i < n; i++) {
         int runs = 0;
         r->cand[i] = cand[i];
-        ast = measure_one(&se, cand[i], BUDGET_MS / n, &r->cand_us[i], &runs);
+        ast = measure_one(&se, cand[i], budget_ms / n, &r->cand_us[i], &runs);
         r->ncand = i + 1;
         if (runs > r->runs)
             r->runs = runs;
@@ -422,10 +438,12 @@ static agmm_status measure(agmm_ctx *ctx, agmm_op op, const void *desc, const ag
 
 /* ---- the choice ---- */
 
-/* Rank 0's decision, sent to every rank: how, and the backend's index in the table of op
- * (-1: measure). */
+/* Rank 0's decision, sent to every rank: how, the backend's index in the table of op (-1:
+ * measure), and how to measure (rank 0's knobs, so that every rank makes as many runs). status:
+ * rank 0 refused its environment (its error says why). */
 typedef struct {
-    int32_t how, index;
+    int32_t status, how, index, runs_max;
+    double budget_ms;
 } decision;
 
 /* Step 1 of the header comment, on rank 0. key: the plan's key, filled where measuring is on. */
@@ -433,9 +451,21 @@ static decision decide(agmm_ctx *ctx, tune_state *ts, agmm_op op, const void *de
                        int n, char *key)
 {
     const agmm_rank_info *ri = agmm_ctx_info(ctx);
-    const char *env = getenv("AGMM_TUNE");
-    int on = env && env[0] ? strcmp(env, "0") != 0 : (ri->caps & AGMM_CAP_GPU) != 0;
-    decision d = {AGMM_TUNE_STATIC, table_index(op, static_choice(cand, n))};
+    agmm_error *err = agmm_ctx_err(ctx);
+    agmm_knob_value tune, runs, budget;
+    decision d = {AGMM_SUCCESS, AGMM_TUNE_STATIC, table_index(op, static_choice(cand, n)), 0, 0};
+    /* World creation checked these; a value set since then is refused here. */
+    d.status = agmm_knob_read(AGMM_KNOB_TUNE, &tune, err);
+    if (d.status == AGMM_SUCCESS)
+        d.status = agmm_knob_read(AGMM_KNOB_TUNE_RUNS, &runs, err);
+    if (d.status == AGMM_SUCCESS)
+        d.status = agmm_knob_read(AGMM_KNOB_TUNE_BUDGET_MS, &budget, err);
+    if (d.status != AGMM_SUCCESS)
+        return d;
+    d.runs_max = (int32_t)runs.number;
+    d.budget_ms = budget.number;
+    /* Unset: measure where the timings mean something (GPUs; docs/auto.md). The words are "0|1". */
+    int on = tune.choice >= 0 ? tune.choice : (ri->caps & AGMM_CAP_GPU) != 0;
     if (!on || n == 1)
         return d;
     identify(ctx, ts);
@@ -443,8 +473,11 @@ static decision decide(agmm_ctx *ctx, tune_state *ts, agmm_op op, const void *de
     agmm_op_shape(agmm_op_type_of(op), ctx, desc, &shape);
     agmm_tune_key(&shape, ts->device, ts->nccl_version, key, KEY_BYTES);
     const agmm_backend *b = memo_find(ts, key);
-    if (b != NULL)
-        return (decision){AGMM_TUNE_MEMORY, table_index(op, b)};
+    if (b != NULL) {
+        d.how = AGMM_TUNE_MEMORY;
+        d.index = table_index(op, b);
+        return d;
+    }
     char path_buf[4096], name[64], why[512] = "";
     const char *path = agmm_tune_cache_path(path_buf, sizeof path_buf);
     int found = path ? agmm_tune_file_lookup(path, key, name, sizeof name, why, sizeof why) : 0;
@@ -454,9 +487,13 @@ static decision decide(agmm_ctx *ctx, tune_state *ts, agmm_op op, const void *de
     for (int i = 0; b != NULL && i < n; i++)
         if (cand[i] == b) {
             memo_put(ts, key, b);
-            return (decision){AGMM_TUNE_FILE, table_index(op, b)};
+            d.how = AGMM_TUNE_FILE;
+            d.index = table_index(op, b);
+            return d;
         }
-    return (decision){AGMM_TUNE_MEASURED, -1};
+    d.how = AGMM_TUNE_MEASURED;
+    d.index = -1;
+    return d;
 }
 
 /* Step 3, on rank 0: the log line, the memory and the file. */
@@ -491,15 +528,19 @@ agmm_status agmm_tune_choose(agmm_ctx *ctx, agmm_op op, const void *desc, const 
         return AGMM_FAIL(err, AGMM_ERR_UNSUPPORTED, "backend=auto: no backend of %s runs in this world",
                          agmm_op_name(op));
     char key[KEY_BYTES] = "";
-    decision mine = {AGMM_TUNE_STATIC, -1}, all[AGMM_MAX_RANKS];
+    decision mine = {AGMM_SUCCESS, AGMM_TUNE_STATIC, -1, 0, 0}, all[AGMM_MAX_RANKS];
     if (ri->rank == 0)
         mine = decide(ctx, ts, op, desc, cand, n, key);
     agmm_status st = agmm_host_exchange(ctx, &mine, sizeof mine, all);
     if (st != AGMM_SUCCESS)
         return st;
+    if (all[0].status != AGMM_SUCCESS)
+        return ri->rank == 0 ? (agmm_status)all[0].status
+                             : AGMM_FAIL(err, (agmm_status)all[0].status,
+                                         "backend=auto: rank 0 refused a knob of its environment (its error names it)");
     agmm_tune_result r = {.how = (agmm_tune_how)all[0].how};
     if (r.how == AGMM_TUNE_MEASURED) {
-        st = measure(ctx, op, desc, cand, n, &r);
+        st = measure(ctx, op, desc, cand, n, all[0].runs_max, all[0].budget_ms, &r);
         if (st != AGMM_SUCCESS)
             return st;
         if (ri->rank == 0 && r.how == AGMM_TUNE_MEASURED)

@@ -18,7 +18,10 @@
 
 #include "api.h"
 #include "tune.h"
+#include "../core/knobs.h"
 
+/* Internal, not knobs (core/knobs.h): the first two are the file's format, and a writer that
+ * gives up on the lock only loses one cached line, which costs one measurement later. */
 #define HEADER "# agmm tune cache v1"
 #define LINE_BYTES 1024
 #define LOCK_WAIT_MS 2000
@@ -54,7 +57,10 @@ void agmm_tune_key(const agmm_plan *shape, const char *device, int nccl_version,
 
 const char *agmm_tune_cache_path(char *buf, size_t len)
 {
-    const char *env = getenv("AGMM_TUNE_CACHE");
+    agmm_error ignored; /* text: any value is allowed */
+    agmm_knob_value v;
+    agmm_knob_read(AGMM_KNOB_TUNE_CACHE, &v, &ignored);
+    const char *env = v.text;
     if (env != NULL) {
         if (env[0] == '\0')
             return NULL;

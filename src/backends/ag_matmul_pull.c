@@ -51,6 +51,8 @@ extern const agmm_backend agmm_backend_ag_matmul_pull;
  * nobody. */
 #define READY_WORD 0
 #define DONE_WORD 1
+/* The distinct inputs a plan's captures may use: one engine map slot each (gemm_engine.h). */
+#define PULL_CAPTURED_INPUTS 16
 static agmm_status signals_alloc(agmm_plan *plan, agmm_symm_buf **out)
 {
     const int nranks = agmm_ctx_info(plan->ctx)->nranks;
@@ -198,7 +200,8 @@ static const agmm_backend_impl pull_cpu_impl = {
 
 _Static_assert(READY_WORD == AGMM_PULL_READY && DONE_WORD == AGMM_PULL_DONE,
                "the CPU world's signal words are where the engine reads them");
-_Static_assert(AGMM_GEMM_MAP_SLOTS == 16, "agmm.h (CUDA graphs) promises pull's captures 16 inputs");
+_Static_assert(AGMM_GEMM_MAP_SLOTS == PULL_CAPTURED_INPUTS, "the table's limit of pull's captures is the engine's map "
+               "slots");
 
 typedef struct {
     agmm_symm_buf *signals;
@@ -331,6 +334,7 @@ const agmm_backend agmm_backend_ag_matmul_pull = {
     .auto_order = 3,
     .cpu = &pull_cpu_impl,
     .gpu = PULL_GPU,
+    .captured_inputs = PULL_CAPTURED_INPUTS,
 };
 
 /* ---- test hook ---- */

@@ -166,7 +166,7 @@ static agmm_status gpu_run(agmm_plan *plan, const void *vio, void *stream)
     a.grid = im->grid;
     a.stage = AGMM_AR_STAGE_NONE;
     a.err = g->err_dev;
-    a.timeout_ns = g->timeout_ns ? g->timeout_ns : 5000000000ull;
+    a.timeout_ns = g->timeout_ns; /* the world's, never 0 (world_common.c) */
     cudaError_t ce = agmm_all_reduce_two_shot_launch(&a, plan->desc.ar.dtype, (cudaStream_t)stream);
     if (ce != cudaSuccess)
         return AGMM_FAIL(agmm_ctx_err(ctx), AGMM_ERR_CUDA, "two_shot launch (grid %d, n=%lld): %s", im->grid,

@@ -63,6 +63,8 @@ typedef struct agmm_backend {
     int auto_order;
     const agmm_backend_impl *cpu;  /* set exactly when devices has AGMM_DEVICE_CPU */
     const agmm_backend_impl *gpu;  /* set when devices has AGMM_DEVICE_GPU and the build has CUDA */
+    /* The backend's own limits, beyond its operation's (agmm_backend_limit, agmm.h); 0: none. */
+    int captured_inputs;           /* AGMM_LIMIT_CAPTURED_INPUTS */
 } agmm_backend;
 
 struct agmm_plan {

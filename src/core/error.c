@@ -30,6 +30,7 @@ const char *agmm_op_name(agmm_op op)
     switch (op) {
     case AGMM_OP_AG_MATMUL: return "ag_matmul";
     case AGMM_OP_ALL_REDUCE: return "all_reduce";
+    case AGMM_OP_NONE: break;
     }
     return "?";
 }
@@ -67,17 +68,6 @@ const char *agmm_error_detail(const char *msg)
     while (*p >= '0' && *p <= '9')
         p++;
     return p > colon + 1 && p[0] == ':' && p[1] == ' ' ? p + 2 : msg;
-}
-
-int agmm_log_level_from_env(void)
-{
-    const char *v = getenv("AGMM_LOG");
-    if (v == NULL)
-        return AGMM_LOG_WARN;
-    if (strcmp(v, "error") == 0) return AGMM_LOG_ERROR;
-    if (strcmp(v, "info") == 0) return AGMM_LOG_INFO;
-    if (strcmp(v, "debug") == 0) return AGMM_LOG_DEBUG;
-    return AGMM_LOG_WARN;
 }
 
 void agmm_log(int threshold, int level, int rank, const char *fmt, ...)

@@ -39,9 +39,8 @@ const char *agmm_error_detail(const char *msg);
             goto fail;                     \
     } while (0)
 
-/* Log levels, from the AGMM_LOG environment variable (error|warn|info|debug; default warn). */
+/* Log levels, in the order of the AGMM_LOG knob's words (agmm_log_level_from_env, core/knobs.h). */
 enum { AGMM_LOG_ERROR = 0, AGMM_LOG_WARN, AGMM_LOG_INFO, AGMM_LOG_DEBUG };
-int agmm_log_level_from_env(void);
 /* Writes "[agmm rank R] message" to stderr when level <= threshold. */
 void agmm_log(int threshold, int level, int rank, const char *fmt, ...)
 #if defined(__GNUC__)

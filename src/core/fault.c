@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "knobs.h"
 #include "numeric.h"
 
 static const char *const point_name[] = {"create", "plan", "run", "join"}; /* agmm_fault_at's order */
@@ -118,7 +119,9 @@ agmm_status agmm_fault_parse(const char *spec, agmm_fault *f, agmm_error *err)
 
 agmm_status agmm_fault_from_env(int nranks, agmm_fault *f, agmm_error *err)
 {
-    const char *spec = getenv("AGMM_FAULT");
+    agmm_knob_value v;
+    agmm_knob_read(AGMM_KNOB_FAULT, &v, err); /* text: parse_as says what is wrong with it */
+    const char *spec = v.text;
     agmm_status st = parse_as("AGMM_FAULT", spec, f, err);
     if (st == AGMM_SUCCESS && f->action != AGMM_FAULT_NONE && f->rank >= nranks) {
         st = AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "AGMM_FAULT=\"%s\": rank=%d, but the world has %d rank%s (0..%d)",

@@ -43,14 +43,14 @@ agmm_status agmm_check_ag_matmul(const agmm_ag_matmul_desc *d, int nranks, agmm_
         return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "N=%lld: must be >= 1", (long long)d->n);
     if (d->k < 1)
         return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "K=%lld: must be >= 1", (long long)d->k);
-    if (d->k % 8 != 0)
+    if (d->k % AGMM_AG_MATMUL_ROW_MULTIPLE != 0)
         return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
-                         "K=%lld is not a multiple of 8: rows of A must be 16-byte aligned for TMA",
-                         (long long)d->k);
-    if (d->n % 8 != 0 && d->b_layout == AGMM_LAYOUT_ROW_MAJOR)
+                         "K=%lld is not a multiple of %d: rows of A must be 16-byte aligned for TMA",
+                         (long long)d->k, AGMM_AG_MATMUL_ROW_MULTIPLE);
+    if (d->n % AGMM_AG_MATMUL_ROW_MULTIPLE != 0 && d->b_layout == AGMM_LAYOUT_ROW_MAJOR)
         return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
-                         "N=%lld is not a multiple of 8: rows of a row-major B must be 16-byte aligned",
-                         (long long)d->n);
+                         "N=%lld is not a multiple of %d: rows of a row-major B must be 16-byte aligned",
+                         (long long)d->n, AGMM_AG_MATMUL_ROW_MULTIPLE);
     int64_t rows = agmm_mul_checked(nranks, d->m);
     if (rows < 0 || agmm_mul_checked(rows, d->k) < 0 || agmm_mul_checked(rows, d->n) < 0 ||
         agmm_mul_checked(d->k, d->n) < 0)
@@ -60,9 +60,9 @@ agmm_status agmm_check_ag_matmul(const agmm_ag_matmul_desc *d, int nranks, agmm_
     if (d->b_layout != AGMM_LAYOUT_COL_MAJOR && d->b_layout != AGMM_LAYOUT_ROW_MAJOR)
         return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "b_layout=%d: must be AGMM_LAYOUT_COL_MAJOR or AGMM_LAYOUT_ROW_MAJOR",
                          (int)d->b_layout);
-    if (d->splits < 0 || d->splits > d->m || d->splits > 1024)
-        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "splits=%d: must be 0..min(M=%lld, 1024)", d->splits,
-                         (long long)d->m);
+    if (d->splits < 0 || d->splits > d->m || d->splits > AGMM_AG_MATMUL_MAX_SPLITS)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "splits=%d: must be 0..min(M=%lld, %d)", d->splits,
+                         (long long)d->m, AGMM_AG_MATMUL_MAX_SPLITS);
     return agmm_check_reserved(d->reserved, sizeof d->reserved, "ag_matmul desc", err);
 }
 

@@ -9,9 +9,15 @@
 
 /* Largest element count of any single matrix or vector we accept (2^40). */
 #define AGMM_MAX_ELEMS ((int64_t)1 << 40)
+/* ag_matmul's limits, every backend's (agmm_backend_limit reports them): K, and N with a
+ * row-major B, multiples of 8 (16-byte bf16 rows, for TMA and cuBLASLt); at most 1024 chunks per
+ * rank (the chunk flags of one plan). */
+#define AGMM_AG_MATMUL_ROW_MULTIPLE 8
+#define AGMM_AG_MATMUL_MAX_SPLITS 1024
 
-/* m, n >= 1; k >= 1 and k % 8 == 0 (bf16 rows are 16-byte aligned for TMA); W*m*k, W*m*n and
- * k*n fit AGMM_MAX_ELEMS; splits 0..min(m, 1024); layout known; reserved tail zero. */
+/* m, n >= 1; k >= 1 and a multiple of AGMM_AG_MATMUL_ROW_MULTIPLE, n too with a row-major B;
+ * W*m*k, W*m*n and k*n fit AGMM_MAX_ELEMS; splits 0..min(m, AGMM_AG_MATMUL_MAX_SPLITS); layout
+ * known; reserved tail zero. */
 agmm_status agmm_check_ag_matmul(const agmm_ag_matmul_desc *d, int nranks, agmm_error *err);
 /* n >= 1 and within AGMM_MAX_ELEMS; dtype known; reserved tail zero. */
 agmm_status agmm_check_all_reduce(const agmm_all_reduce_desc *d, agmm_error *err);

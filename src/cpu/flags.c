@@ -12,7 +12,9 @@
 
 /* Waiting policy: spin this many loads, then yield the core, and after NAP_AFTER_NS of waiting
  * sleep in naps of NAP_NS: up to 8 rank threads and 8 copy threads may share two cores, and a
- * spinner must not starve the thread it waits for. */
+ * spinner must not starve the thread it waits for. Internal, not knobs (core/knobs.h): the CPU
+ * world is a test device, and what these buy is the tests' speed on a small machine; the bound
+ * of every wait is the world's timeout, which is a knob. */
 #define SPIN_LOADS 128
 #define NAP_AFTER_NS 200000
 #define NAP_NS 20000

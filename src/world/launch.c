@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "launch.h"
+#include "../core/knobs.h"
 
 /* The variable as a whole decimal integer in [lo, hi]: 1; unset: 0; anything else: -1. */
 static int env_int(const char *name, long lo, long hi, int *out)
@@ -108,9 +109,10 @@ agmm_status agmm_launch_env_read(agmm_launch_env *e, agmm_error *err)
         e->local_nranks = nodes == 1 ? e->nranks : 0;
     e->multi_host = e->local_nranks >= 0 && e->local_nranks < e->nranks;
 
-    const char *job = getenv("AGMM_JOB_ID");
-    if (job && *job)
-        snprintf(e->job, sizeof e->job, "AGMM_JOB_ID/%s", job);
+    agmm_knob_value job;
+    agmm_knob_read(AGMM_KNOB_JOB_ID, &job, err); /* text: any value is allowed */
+    if (job.text && *job.text)
+        snprintf(e->job, sizeof e->job, "AGMM_JOB_ID/%s", job.text);
     else
         job_identity(l, e->job, sizeof e->job);
     snprintf(e->source, sizeof e->source, "%s (%s=%d, %s=%d)", l->launcher, l->rank, e->rank, l->size, e->nranks);

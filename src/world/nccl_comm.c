@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "world_gpu.h"
+#include "../core/knobs.h"
 
 #define COMM_INIT_MIN_S 60.0
 
@@ -41,8 +42,11 @@ static void nap_us(long us)
 static ncclConfig_t comm_config(void)
 {
     ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
-    const char *b = getenv("AGMM_NCCL_BLOCKING");
-    c.blocking = b == NULL || strcmp(b, "0") != 0;
+    /* Checked at world creation (agmm_knobs_check): a bad value cannot reach here. */
+    agmm_error ignored;
+    agmm_knob_value b;
+    agmm_knob_read(AGMM_KNOB_NCCL_BLOCKING, &b, &ignored);
+    c.blocking = b.choice; /* the words are "0|1" */
     return c;
 }
 

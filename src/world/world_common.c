@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "world_impl.h"
+#include "../core/knobs.h"
 #include "../core/text.h"
 #include "../core/validate.h"
 
@@ -53,15 +54,32 @@ static void copy_err(const agmm_error *err, char *buf, size_t len)
         agmm_format(buf, len, "%s", err->msg);
 }
 
-agmm_world *agmm_world_alloc(double timeout_s)
+double agmm_world_default_timeout_s(void)
 {
+    agmm_error ignored;
+    agmm_knob_value v;
+    agmm_knob_read(AGMM_KNOB_TIMEOUT_S, &v, &ignored);
+    return v.number;
+}
+
+agmm_status agmm_world_alloc(double timeout_s, agmm_world **out, agmm_error *err)
+{
+    *out = NULL;
+    /* Every knob is read here first, so a bad value fails the world at once, naming it. */
+    agmm_knob_value timeout;
+    agmm_status st = agmm_knobs_check(err);
+    if (st == AGMM_SUCCESS)
+        st = agmm_knob_read(AGMM_KNOB_TIMEOUT_S, &timeout, err);
+    if (st != AGMM_SUCCESS)
+        return st;
     agmm_world *w = calloc(1, sizeof *w);
     if (w == NULL)
-        return NULL;
-    w->timeout_s = timeout_s > 0 ? timeout_s : 5.0;
+        return AGMM_FAIL(err, AGMM_ERR_NO_MEMORY, "world allocation failed");
+    w->timeout_s = timeout_s > 0 ? timeout_s : timeout.number;
     w->log_level = agmm_log_level_from_env();
     pthread_mutex_init(&w->broken_mu, NULL);
-    return w;
+    *out = w;
+    return AGMM_SUCCESS;
 }
 
 _Static_assert(sizeof(((agmm_world *)0)->describe) >= AGMM_ERROR_LEN + 100,
@@ -101,16 +119,17 @@ agmm_status agmm_world_create(agmm_world **out, const agmm_world_config *config,
         st = AGMM_FAIL(&err, AGMM_ERR_INVALID_ARG, "nranks=%d: must be 0 (automatic) or 1..%d", cfg.nranks,
                        AGMM_MAX_RANKS);
     else if (!(cfg.timeout_s >= 0))
-        st = AGMM_FAIL(&err, AGMM_ERR_INVALID_ARG, "timeout_s=%g: must be >= 0 (0 means 5 s)", cfg.timeout_s);
+        st = AGMM_FAIL(&err, AGMM_ERR_INVALID_ARG, "timeout_s=%g: must be >= 0 (0: AGMM_TIMEOUT_S, unset %s s)",
+                       cfg.timeout_s, agmm_knob_at(AGMM_KNOB_TIMEOUT_S)->def);
     else
         st = agmm_check_reserved(cfg.reserved, sizeof cfg.reserved, "world config", &err);
     if (st != AGMM_SUCCESS) {
         copy_err(&err, errbuf, errbuf_len);
         return st;
     }
-    agmm_world *w = agmm_world_alloc(cfg.timeout_s);
-    if (w == NULL) {
-        st = AGMM_FAIL(&err, AGMM_ERR_NO_MEMORY, "world allocation failed");
+    agmm_world *w = NULL;
+    st = agmm_world_alloc(cfg.timeout_s, &w, &err);
+    if (st != AGMM_SUCCESS) {
         copy_err(&err, errbuf, errbuf_len);
         return st;
     }

@@ -64,7 +64,7 @@ struct agmm_ctx {
 };
 
 /* A zeroed world with its timeout (0: 5 s), log level and unusable-record lock (world_common.c). */
-agmm_world *agmm_world_alloc(double timeout_s);
+agmm_status agmm_world_alloc(double timeout_s, agmm_world **out, agmm_error *err);
 
 /* The host collectives of ranks that are threads of one process (host_threads.c). */
 agmm_status agmm_host_threads_init(agmm_world *world, agmm_error *err);

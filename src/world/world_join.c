@@ -24,6 +24,7 @@
 #include "launch.h"
 #include "world_impl.h"
 #include "../core/fault.h"
+#include "../core/knobs.h"
 #include "../core/text.h"
 #include "../core/validate.h"
 
@@ -130,7 +131,8 @@ static agmm_status check_config(const agmm_join_config *c, agmm_error *err)
     if (c->device < -1)
         return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "device=%d: must be a CUDA device ordinal or -1", c->device);
     if (!(c->timeout_s >= 0))
-        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "timeout_s=%g: must be >= 0 (0 means 5 s)", c->timeout_s);
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "timeout_s=%g: must be >= 0 (0: AGMM_TIMEOUT_S, unset %s s)",
+                         c->timeout_s, agmm_knob_at(AGMM_KNOB_TIMEOUT_S)->def);
     if (c->multi_host != 0 && c->multi_host != 1)
         return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "multi_host=%d: must be 0 or 1", c->multi_host);
     if (c->id != NULL) {
@@ -174,9 +176,10 @@ static agmm_status plan_join(const agmm_join_config *c, join_plan *p, agmm_error
         who->rank = c->rank;
         who->nranks = c->nranks;
         p->multi_host = c->multi_host;
-        const char *job = getenv("AGMM_JOB_ID");
-        if (job && *job)
-            snprintf(who->job, sizeof who->job, "AGMM_JOB_ID/%s", job);
+        agmm_knob_value job;
+        agmm_knob_read(AGMM_KNOB_JOB_ID, &job, err); /* text: any value is allowed */
+        if (job.text && *job.text)
+            snprintf(who->job, sizeof who->job, "AGMM_JOB_ID/%s", job.text);
         snprintf(who->source, sizeof who->source, "rank=%d, nranks=%d", c->rank, c->nranks);
         if (getenv("NCCL_COMM_ID"))
             snprintf(p->nccl_comm_id, sizeof p->nccl_comm_id, "%s", getenv("NCCL_COMM_ID"));
@@ -215,9 +218,11 @@ static agmm_status plan_join(const agmm_join_config *c, join_plan *p, agmm_error
 
 static void host_name(char *out, size_t len)
 {
-    const char *o = getenv("AGMM_HOSTNAME");
-    if (o && *o)
-        snprintf(out, len, "%s", o);
+    agmm_error ignored; /* text: any value is allowed */
+    agmm_knob_value o;
+    agmm_knob_read(AGMM_KNOB_HOSTNAME, &o, &ignored);
+    if (o.text && *o.text)
+        snprintf(out, len, "%s", o.text);
     else if (gethostname(out, len) != 0)
         snprintf(out, len, "?");
     out[len - 1] = '\0';
@@ -422,8 +427,8 @@ agmm_status agmm_world_join(agmm_world **out, const agmm_join_config *config, ch
         st = check_config(&c, &err);
     if (st == AGMM_SUCCESS)
         st = plan_join(&c, &p, &err);
-    if (st == AGMM_SUCCESS && (w = agmm_world_alloc(c.timeout_s)) == NULL)
-        st = AGMM_FAIL(&err, AGMM_ERR_NO_MEMORY, "world allocation failed");
+    if (st == AGMM_SUCCESS)
+        st = agmm_world_alloc(c.timeout_s, &w, &err);
     if (st == AGMM_SUCCESS) {
         w->kind = p.kind;
         w->processes = 1;
