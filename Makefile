@@ -49,7 +49,7 @@ TEST_C     := $(filter-out tests/test_process.c,$(wildcard tests/test_*.c)) test
 # One rank of a process world, started N times by tests/process_test.sh and fault_process_test.sh
 # (and bench/process_run.sh).
 PROCTEST_C := tests/test_process.c tests/fault_process.c tests/fault_scenario.c tests/test_cpu_backends.c \
-              tests/harness.c
+              tests/proc_matmul_reduce.c tests/harness.c
 GPUTEST_C  := $(wildcard tests/gpu/*.c) tests/harness.c
 BENCH_C    := $(wildcard tools/*.c)
 

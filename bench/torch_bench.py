@@ -2,7 +2,8 @@
 """The seed's distributed benchmark (pytorch/helion PR #400 and #393) in one torchrun job, with
 agmm's backends as columns beside PyTorch's, Helion's and kraken's, all timed one way.
 
-    torchrun --nproc-per-node W bench/torch_bench.py [--op all|ag_matmul|all_reduce] [--out DIR]
+    torchrun --nproc-per-node W bench/torch_bench.py
+        [--op all|ag_matmul|all_reduce|matmul_reduce_scatter|matmul_all_reduce] [--out DIR]
 
 ag_matmul columns: nccl (all_gather_into_tensor + torch.matmul: the baseline), torch_symm_mem
 (torch.ops.symm_mem.fused_all_gather_matmul on a rendezvoused shard), helion and kraken (when their
@@ -12,6 +13,9 @@ agmm_<backend> for each backend of libagmm (agmm.torch.ag_matmul, shard in symm_
 symm_one_shot / symm_two_shot (torch.ops.symm_mem one_shot_all_reduce / two_shot_all_reduce_),
 helion_oneshot / kraken_oneshot when importable, agmm_<backend>. NVLink multicast is never used:
 no multimem column, TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and NCCL_NVLS_ENABLE=0 are required.
+The row-parallel matmuls' columns are bench/torch_bench_mr.py's (their default shapes: the cubes,
+then the 70B shapes 8192,8192,3584 and 8192,8192,1024, matmul_all_reduce first the decode shapes
+M=1,8,32,128 N=8192 K=3584; their M is the rows of S, their TFLOP/s per GPU 2MNK / time).
 
 Shapes: M = N = K from 256 to 4096 step 128 (the seed's 31; M is rows per rank), or --shapes
 START:STOP:STEP / --shape M,N,K (repeatable). Sizes: the seed's 4093 ... 2^20 bf16 elements.
@@ -52,6 +56,9 @@ import torch.distributed as dist                           # noqa: E402
 import agmm                                                # noqa: E402
 import agmm.torch as at                                    # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_bench_mr as mr                                # noqa: E402
+
 SEED_SIZES = [4093, 4096, 5000, 8192, 8193, 16384, 16380, 16387] + [1 << p for p in range(15, 21)]
 FLUSH_BYTES = 256 << 20
 CHECK_REL_ERR = 1e-2
@@ -73,7 +80,7 @@ def parse_size(text):
 
 def options():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--op", choices=("all", "ag_matmul", "all_reduce"), default="all")
+    ap.add_argument("--op", choices=("all", "ag_matmul", "all_reduce") + mr.OPS, default="all")
     ap.add_argument("--shapes", default="256:4096:128", help="M = N = K values, START:STOP:STEP or a,b,c")
     ap.add_argument("--shape", action="append", default=[], help="M,N,K (repeatable; replaces --shapes)")
     ap.add_argument("--sizes", default=",".join(map(str, SEED_SIZES)), help="all_reduce elements, e.g. 4093,2^20")
@@ -89,6 +96,7 @@ def options():
     ap.add_argument("--out", help="folder for torch_<op>.csv and .json")
     ap.add_argument("--plot", action="store_true", help="also draw <out>/torch_<op>.png with bench/plot.py")
     args = ap.parse_args()
+    args.given_shapes = bool(args.shape) or args.shapes != "256:4096:128"
     args.shapes = ([tuple(int(x) for x in s.split(",")) for s in args.shape] or
                    [(m, m, m) for m in parse_range(args.shapes)])
     args.sizes = [parse_size(s) for s in args.sizes.split(",")]
@@ -291,7 +299,7 @@ def finish_rows(op, key, cells, w, dtype):
         r = {f: "" for f in CSV_FIELDS}
         r.update(op=op, world="gpu", nranks=w, dtype=dtype, backend=name, state=c["state"], note=c.get("note", ""),
                  best=int(name == best))
-        if op == "ag_matmul":
+        if op != "all_reduce":
             r.update(m=key[0], n=key[1], k=key[2])
         else:
             r.update(m=0, n=key, k=0)
@@ -302,6 +310,8 @@ def finish_rows(op, key, cells, w, dtype):
             t = c["mean_us"]
             if op == "ag_matmul":
                 r["tflops"] = f"{2.0 * w * key[0] * key[1] * key[2] / t * 1e-6:.3f}"
+            elif op in mr.OPS:
+                r["tflops"] = f"{mr.tflops(key, t):.3f}"
             else:
                 algbw = key * (2 if dtype == "bfloat16" else 4) / t * 1e-3
                 r["algbw_gbps"], r["busbw_gbps"] = f"{algbw:.3f}", f"{algbw * 2 * (w - 1) / w:.3f}"
@@ -322,14 +332,14 @@ def cell(row, metric):
 def print_table(op, w, rows_by_key, bests, metric, title):
     names = list(next(iter(rows_by_key.values())).keys())
     agmm_names = [n for n in names if n.startswith("agmm_")]
-    head = (["shape" if op == "ag_matmul" else "elements"] + names + ["Best Backend"] +
+    head = (["shape" if op != "all_reduce" else "elements"] + names + ["Best Backend"] +
             [f"{n[5:]}/best torch" for n in agmm_names] + ["best agmm÷torch"])
     widths = [max(len(h), 13) for h in head]
     widths[0] = 20
     print(f"\n{title}")
     print("  ".join(h.rjust(wd) for h, wd in zip(head, widths)))
     for key, rows in rows_by_key.items():
-        label = f"({key[0]}, {key[1]}, {key[2]})" if op == "ag_matmul" else str(key)
+        label = f"({key[0]}, {key[1]}, {key[2]})" if op != "all_reduce" else str(key)
         t = {n: float(r[metric]) for n, r in rows.items() if r["state"] == "ok"}
         torch_best = min((v for n, v in t.items() if not n.startswith("agmm_")), default=math.nan)
         agmm_best = min((v for n, v in t.items() if n.startswith("agmm_")), default=math.nan)
@@ -370,10 +380,16 @@ def run_op(op, args, timer, group_name, meta):
     peer_fns = peers(op)
     rows_all, rows_by_key, bests = [], {}, {}
     keys = args.shapes if op == "ag_matmul" else args.sizes
-    dtype = "bfloat16" if op == "ag_matmul" else args.dtype
+    if op in mr.OPS:
+        keys = args.shapes if args.given_shapes else mr.default_shapes(op, args.shapes)
+        peer_fns = mr.peers(op, import_first)
+    dtype = "bfloat16" if op != "all_reduce" else args.dtype
     for key in keys:
         gen = torch.Generator(device="cuda").manual_seed(42 + rank)     # the seed's per-rank seeds
-        if op == "ag_matmul":
+        if op in mr.OPS:
+            a, b = mr.operands(key, gen)
+            columns = mr.columns(op, a, b, args, group_name, peer_fns, Absent)
+        elif op == "ag_matmul":
             m, n, k = key
             a = torch.randn((m, k), generator=gen, device="cuda").to(torch.bfloat16)
             b = torch.randn((k, n), generator=gen, device="cuda").to(torch.bfloat16).T.contiguous().T
@@ -421,7 +437,7 @@ def main():
     except agmm.Unsupported as e:      # e.g. a process world this libagmm cannot make yet
         args.agmm_absent = Absent("skipped", str(e))
     args.agmm_backends = {op: [b for b in (args.backends.split(",") if args.backends else agmm.backends(op))
-                               if b in agmm.backends(op)] for op in ("ag_matmul", "all_reduce")}
+                               if b in agmm.backends(op)] for op in ("ag_matmul", "all_reduce") + mr.OPS}
     props = torch.cuda.get_device_properties(local_rank)
     meta = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "torch": torch.__version__,
             "cuda": torch.version.cuda, "device": props.name, "world_size": dist.get_world_size(),
@@ -435,7 +451,7 @@ def main():
               flush=True)
     timer = Timer(args)
     wrong = False
-    for op in (("ag_matmul", "all_reduce") if args.op == "all" else (args.op,)):
+    for op in (("ag_matmul", "all_reduce") + mr.OPS if args.op == "all" else (args.op,)):
         wrong |= run_op(op, args, timer, group_name, meta)
     if wrong and dist.get_rank() == 0:
         print("torch_bench.py: a column's result differs from nccl's (state 'wrong' above): exit status 1")

@@ -5,6 +5,11 @@
  *               gathered A = [A_0; ...; A_{W-1}] ((W*M) x K) and C = A * B ((W*M) x N).
  *               bf16 in and out, fp32 accumulation.
  *   all_reduce  every rank holds n elements; every rank gets their element-wise sum.
+ *   matmul_reduce_scatter   every rank holds A_r (M x K) and B_r (K x N), K being its slice of
+ *               the reduced dimension; rank r gets its block of rows of S = sum_r A_r * B_r
+ *               (the row-parallel GEMM of a tensor-parallel layer, training and prefill).
+ *   matmul_all_reduce       the same, every rank getting the whole S (M x N; decode, small M).
+ *               Both: bf16 in and out; "the row-parallel matmuls" below says how S is summed.
  * Each operation has several backends (algorithms), named by strings: agmm_backend_name lists
  * them, and "auto" (or NULL) lets the library choose.
  *
@@ -97,10 +102,16 @@ int agmm_version(void);
 /* ---- operations ------------------------------------------------------------------------- */
 
 /* AGMM_OP_NONE is no operation: what agmm_plan_op says of NULL. */
-typedef enum { AGMM_OP_NONE = -1, AGMM_OP_AG_MATMUL = 0, AGMM_OP_ALL_REDUCE = 1 } agmm_op;
+typedef enum {
+    AGMM_OP_NONE = -1,
+    AGMM_OP_AG_MATMUL = 0,
+    AGMM_OP_ALL_REDUCE = 1,
+    AGMM_OP_MATMUL_REDUCE_SCATTER = 2,
+    AGMM_OP_MATMUL_ALL_REDUCE = 3
+} agmm_op;
 
-/* The operation's name: "ag_matmul", "all_reduce"; "?" for any other value. Local. Never NULL; a
- * static string. */
+/* The operation's name: "ag_matmul", "all_reduce", "matmul_reduce_scatter", "matmul_all_reduce";
+ * "?" for any other value. Local. Never NULL; a static string. */
 const char *agmm_op_name(agmm_op op);
 
 typedef enum { AGMM_DTYPE_BF16 = 0, AGMM_DTYPE_F32 } agmm_dtype;
@@ -268,8 +279,9 @@ int agmm_backend_available(const agmm_world *world, agmm_op op, const char *name
 typedef enum {
     AGMM_LIMIT_MAX_RANKS = 0,     /* the most ranks of a world: AGMM_MAX_RANKS, every operation */
     AGMM_LIMIT_MAX_ELEMS,         /* the most elements of any operand: 2^40, every operation */
-    AGMM_LIMIT_K_MULTIPLE,        /* ag_matmul: K is a multiple of this (8: 16-byte rows of A) */
-    AGMM_LIMIT_N_MULTIPLE_ROW_B,  /* ag_matmul with a row-major B: N is a multiple of this (8) */
+    AGMM_LIMIT_K_MULTIPLE,        /* ag_matmul and the row-parallel matmuls: K is a multiple of
+                                     this (8: 16-byte rows of A) */
+    AGMM_LIMIT_N_MULTIPLE_ROW_B,  /* the same with a row-major B: N is a multiple of this (8) */
     AGMM_LIMIT_MAX_SPLITS,        /* ag_matmul: the most chunks per rank (1024; at most M too) */
     AGMM_LIMIT_CAPTURED_INPUTS    /* a backend's own: the most distinct inputs (the plan's own and
                                      io.input values) a plan's CUDA-graph captures may use; pull:
@@ -345,7 +357,8 @@ const char *agmm_plan_backend(const agmm_plan *plan);
 /* The rank's symmetric input buffer, 16-byte aligned: A_r (m x k bf16, row-major) for ag_matmul,
  * the n-element vector for all_reduce; device memory on GPUs, host memory in the CPU world. The
  * caller writes it (ordered before the run on the same stream) and must not write it again until
- * that run has completed on its stream. Local. Owned by the plan; NULL for NULL. */
+ * that run has completed on its stream. Local. Owned by the plan; NULL for NULL, and for the
+ * row-parallel matmuls, which take A_r in their io. */
 void *agmm_plan_input(agmm_plan *plan);
 
 /* Allocates symmetric memory for the caller: `bytes` on every rank, zeroed, 256-byte aligned,
@@ -396,6 +409,85 @@ agmm_status agmm_all_reduce(agmm_plan *plan, const agmm_all_reduce_io *io, void 
  * values), and an input used in a capture keeps its entry for the plan's life: a run of a new
  * input when captures hold them all fails with AGMM_ERR_UNSUPPORTED (make another plan); runs
  * outside captures reuse the entries no capture holds. */
+
+/* ---- the row-parallel matmuls: matmul_reduce_scatter, matmul_all_reduce ---------------------
+ *
+ * Every rank r holds A_r (M x K, row-major bf16) and B_r (K x N bf16 in b_layout), K being its
+ * slice of the reduced dimension; S = sum over r of A_r * B_r is M x N. How S is summed, on every
+ * backend: each rank's partial P_r = A_r * B_r is accumulated in fp32 and rounded once to bf16;
+ * the partials are added in fp32 in the fixed order r = 0, 1, ..., W-1 and the sum rounded once
+ * to bf16. No atomics: every run and every rank gives the same bits, and backends give the same
+ * bits wherever their GEMMs round the partials alike (always on inputs whose products are exact;
+ * in the CPU world always, since its backends share one GEMM; on GPUs a backend whose GEMMs are
+ * per block of rows may see cuBLASLt pick another algorithm than a whole-matrix GEMM). The `nccl`
+ * backends are the exception: NCCL adds in its own order.
+ *
+ * Row split of matmul_reduce_scatter, the same for every backend and world: with R = ceil(M/W),
+ * rank q gets rows [min(q*R, M), min((q+1)*R, M)) of S. When W divides M every rank gets M/W rows;
+ * otherwise the last ranks get fewer, and some none when M <= (W-1)*R (M = 5, W = 4: 2, 2, 1, 0
+ * rows). The ranks' blocks are S's rows in rank order, so concatenating them gives S (what
+ * torch.chunk does, and what a reduce-scatter padded to R rows per rank gives). */
+
+/* The rows of S that rank `rank` of a world of `nranks` gets from matmul_reduce_scatter: returns
+ * how many (0 .. R) and, if first_row is not NULL, the first one. -1 if an argument is out of range
+ * (m < 1, nranks not in 1..AGMM_MAX_RANKS, rank not in 0..nranks-1). Local. */
+int64_t agmm_matmul_reduce_scatter_rows(int64_t m, int nranks, int rank, int64_t *first_row);
+
+typedef struct {
+    int64_t m;             /* rows of A_r and of S (before the scatter), >= 1 */
+    int64_t n;             /* columns of B_r and S, >= 1; a multiple of 8 with a row-major B */
+    int64_t k;             /* this rank's slice of the reduced dimension: a multiple of 8 */
+    agmm_layout b_layout;
+    const char *backend;   /* NULL or "auto": the library chooses; else
+                              agmm_backend_name(MATMUL_REDUCE_SCATTER, i) */
+    int64_t reserved[8];   /* must be zero */
+} agmm_matmul_reduce_scatter_desc;
+
+typedef struct {
+    const void *a;         /* A_r: M x K bf16, row-major; caller-owned, this rank's memory (no need
+                              for symmetric memory: only this rank reads it) */
+    const void *b;         /* B_r: K x N bf16 in the plan's b_layout; caller-owned */
+    void *out;             /* this rank's rows of S (agmm_matmul_reduce_scatter_rows) x N bf16,
+                              row-major; caller-owned; may be NULL when the rank gets no rows */
+    void *reserved[5];     /* must be NULL */
+} agmm_matmul_reduce_scatter_io;
+
+typedef struct {
+    int64_t m;             /* rows of A_r and S, >= 1 (decode: 1 .. 256) */
+    int64_t n;             /* >= 1; a multiple of 8 with a row-major B */
+    int64_t k;             /* this rank's slice of the reduced dimension: a multiple of 8 */
+    agmm_layout b_layout;
+    const char *backend;   /* NULL or "auto"; else agmm_backend_name(MATMUL_ALL_REDUCE, i) */
+    int64_t reserved[8];   /* must be zero */
+} agmm_matmul_all_reduce_desc;
+
+typedef struct {
+    const void *a;         /* A_r: M x K bf16, row-major; caller-owned, this rank's memory */
+    const void *b;         /* B_r: K x N bf16 in the plan's b_layout; caller-owned */
+    void *c;               /* S: M x N bf16, row-major, out; caller-owned */
+    void *reserved[5];     /* must be NULL */
+} agmm_matmul_all_reduce_io;
+
+/* Plans a row-parallel matmul on one rank: what agmm_plan_ag_matmul does for ag_matmul (see it for
+ * auto's measuring and the agreement of the ranks before anything is allocated); the plan
+ * allocates the symmetric buffers its backend sums through. Collective: every rank passes the same
+ * descriptor. The descriptor is copied; the caller owns *plan until agmm_plan_destroy. These plans
+ * have no symmetric input: A_r comes in the io, and agmm_plan_input returns NULL. Statuses: as
+ * agmm_plan_ag_matmul. */
+agmm_status agmm_plan_matmul_reduce_scatter(agmm_plan **plan, agmm_ctx *ctx,
+                                            const agmm_matmul_reduce_scatter_desc *desc);
+agmm_status agmm_plan_matmul_all_reduce(agmm_plan **plan, agmm_ctx *ctx, const agmm_matmul_all_reduce_desc *desc);
+
+/* Enqueues one run on `stream`: this rank's rows of S into io->out, or all of S into io->c.
+ * io->a, io->b and the output must be 16-byte aligned on GPUs; the output must not overlap A or B.
+ * Collective: every rank runs its plans in the same order (streams and graphs: "streams and CUDA
+ * graphs" above). io and its buffers are the caller's: once the run has completed on `stream`,
+ * this rank may overwrite A_r, B_r and the output (no peer reads them: only the plan's own
+ * symmetric buffers cross ranks, and no peer touches this rank's any more). A missing peer and a
+ * failed run as for agmm_ag_matmul. Statuses: AGMM_ERR_INVALID_ARG (io, a plan of another
+ * operation), AGMM_ERR_TIMEOUT, CUDA/NCCL/cuBLAS errors. */
+agmm_status agmm_matmul_reduce_scatter(agmm_plan *plan, const agmm_matmul_reduce_scatter_io *io, void *stream);
+agmm_status agmm_matmul_all_reduce(agmm_plan *plan, const agmm_matmul_all_reduce_io *io, void *stream);
 
 #ifdef __cplusplus
 }

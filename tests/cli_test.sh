@@ -146,6 +146,21 @@ rc=$?
 check "CPU all_reduce run exits 0 (got $rc; $(tail -c 200 "$tmp/err"))" $rc
 grep -q "busbw" "$tmp/out"; check "all_reduce table has busbw" $?
 
+# The row-parallel matmuls: odd shapes (M < W, M not divisible by W, odd N) checked and timed on
+# every CPU backend, one CSV line per shape and backend; their own shape check.
+for op in matmul_reduce_scatter matmul_all_reduce; do
+    "$bench" --world cpu --op $op --ranks 3 --shape 2,33,16 --shape 40,24,72 --warmup 0 --iters 1 \
+        --csv "$tmp/$op.csv" >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    nb=$("$bench" --list-backends | grep -c "^| $op |")
+    rows=$(grep -c -E '^\((2, 33, 16|40, 24, 72)\) +bf16( +[0-9.]+)+  [a-z_]+$' "$tmp/out")
+    [ $rc -eq 0 ] && [ "$rows" -eq 2 ] && [ "$(grep -c "^$op,cpu,3," "$tmp/$op.csv")" -eq $((2 * nb)) ]
+    check "CPU $op run: exit 0, both odd shapes timed on its $nb backends with a Best Backend, CSV lines (got $rc, $rows rows; $(tail -c 200 "$tmp/err"))" $?
+done
+bad "matmul_reduce_scatter: K=12" --world cpu --op matmul_reduce_scatter --shape 8,8,12
+bad "matmul_all_reduce: N=12 is not a multiple of 8" --world cpu --op matmul_all_reduce --b-layout row --shape 8,12,8
+bad --sizes --op matmul_all_reduce --sizes 8
+
 # The README's backend table is the library's table as agmm-bench prints it, verbatim.
 "$bench" --list-backends >"$tmp/lb" 2>"$tmp/err"
 rc=$?

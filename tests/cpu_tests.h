@@ -30,6 +30,16 @@ void test_cpu_ag_matmul_random(void);
 void test_cpu_all_reduce(void);
 void test_cpu_auto_backend(void);
 
+/* test_matmul_reduce.c: matmul_reduce_scatter and matmul_all_reduce, every CPU backend. */
+void test_matmul_reduce_exact(void);
+void test_matmul_reduce_random(void);
+void test_matmul_reduce_auto(void);
+void test_matmul_reduce_rows(void);
+void test_matmul_reduce_bad_args(void);
+/* proc_matmul_reduce.c (agmm-proctest): one backend of a row-parallel matmul on odd shapes, in a
+ * world of processes; PASS/FAIL lines per shape. stream: the rank's cudaStream_t on GPUs. */
+void proc_matmul_reduce(agmm_ctx *ctx, int nranks, int gpu, void *stream, agmm_op op, const char *backend);
+
 /* test_cpu_protocols.c: per-chunk waits of the fused GEMM, timeouts. */
 void test_cpu_fused_waits(void);
 void test_cpu_timeout_missing_rank(void);

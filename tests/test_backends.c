@@ -18,7 +18,8 @@
 /* More entries than any table will have: a listing that does not end by then never ends. */
 enum { TABLE_CAP = 256 };
 
-static const agmm_op public_ops[] = {AGMM_OP_AG_MATMUL, AGMM_OP_ALL_REDUCE};
+static const agmm_op public_ops[] = {AGMM_OP_AG_MATMUL, AGMM_OP_ALL_REDUCE, AGMM_OP_MATMUL_REDUCE_SCATTER,
+                                     AGMM_OP_MATMUL_ALL_REDUCE};
 #define NOPS ((int)(sizeof public_ops / sizeof public_ops[0]))
 
 static int op_is_known(agmm_op op)
@@ -199,6 +200,14 @@ static agmm_status plan_named(agmm_plan **plan, agmm_ctx *ctx, agmm_op op, const
     if (op == AGMM_OP_AG_MATMUL) {
         agmm_ag_matmul_desc d = {.m = 16, .n = 16, .k = 16, .backend = backend};
         return agmm_plan_ag_matmul(plan, ctx, &d);
+    }
+    if (op == AGMM_OP_MATMUL_REDUCE_SCATTER) {
+        agmm_matmul_reduce_scatter_desc d = {.m = 16, .n = 16, .k = 16, .backend = backend};
+        return agmm_plan_matmul_reduce_scatter(plan, ctx, &d);
+    }
+    if (op == AGMM_OP_MATMUL_ALL_REDUCE) {
+        agmm_matmul_all_reduce_desc d = {.m = 16, .n = 16, .k = 16, .backend = backend};
+        return agmm_plan_matmul_all_reduce(plan, ctx, &d);
     }
     agmm_all_reduce_desc d = {.n = 100, .dtype = AGMM_DTYPE_BF16, .backend = backend};
     return agmm_plan_all_reduce(plan, ctx, &d);

@@ -2,7 +2,8 @@
  * tests/process_test.sh (torchrun's variables set by hand, or mpirun) and on the GPU machine by
  * bench/process_run.sh (emulated ranks: processes sharing one GPU). It runs every backend the
  * world offers on odd shapes (M = 1, 7, 129; N = 8, 264; K = 8, 72; both layouts of B; one and
- * three chunks) and all_reduce on odd sizes, each twice with fresh small-integer inputs and
+ * three chunks), all_reduce on odd sizes, the row-parallel matmuls on odd shapes
+ * (proc_matmul_reduce.c), each twice with fresh small-integer inputs and
  * poisoned outputs, and compares with the fp64 reference bit for bit; then a run reading its
  * input from caller-owned symmetric memory; with --expect-span, that a world whose ranks claim
  * different hosts offers only the backends that need no peer memory, and that `auto` takes
@@ -488,8 +489,9 @@ int main(int argc, char **argv)
             if (!expect_span) /* ranks claiming other hosts do not share this one's memory */
                 test_host_memory_shared();
         }
-        static const agmm_op ops[] = {AGMM_OP_AG_MATMUL, AGMM_OP_ALL_REDUCE};
-        for (int o = 0; o < 2; o++)
+        static const agmm_op ops[] = {AGMM_OP_AG_MATMUL, AGMM_OP_ALL_REDUCE, AGMM_OP_MATMUL_REDUCE_SCATTER,
+                                      AGMM_OP_MATMUL_ALL_REDUCE};
+        for (int o = 0; o < 4; o++)
             for (int b = 0; agmm_backend_name(ops[o], b) != NULL; b++) {
                 const char *name = agmm_backend_name(ops[o], b);
                 char why[512];
@@ -500,8 +502,10 @@ int main(int argc, char **argv)
                 if (ops[o] == AGMM_OP_AG_MATMUL) {
                     test_ag_matmul_shapes(name);
                     proc_symmetric_input(name);
-                } else {
+                } else if (ops[o] == AGMM_OP_ALL_REDUCE) {
                     test_all_reduce_sizes(name);
+                } else {
+                    proc_matmul_reduce(P.ctx, P.nranks, P.gpu, P.stream, ops[o], name);
                 }
             }
 #ifdef AGMM_HAVE_CUDA

@@ -19,10 +19,15 @@ static const char *const usage_head =
     "Runs every backend of an operation over a sweep, checks each result, times it and prints the\n"
     "seed's table (one column per backend, Best Backend) and the extra figures.\n"
     "\n"
-    "  --op OP             ag_matmul (default) or all_reduce\n"
-    "  --shape M,N,K       an ag_matmul shape, M = rows per rank (repeatable)\n"
+    "  --op OP             ag_matmul (default), all_reduce, matmul_reduce_scatter or\n"
+    "                      matmul_all_reduce\n"
+    "  --shape M,N,K       a matmul shape (repeatable); ag_matmul: M = rows per rank; the\n"
+    "                      row-parallel matmuls: M = rows of S (before the scatter), K = each\n"
+    "                      rank's slice of the reduced dimension\n"
     "  --shapes A:B:S      cube shapes M=N=K from A to B step S (default on GPUs: 256:4096:128,\n"
-    "                      the seed's 31 shapes; on the CPU: 64:256:64)\n"
+    "                      the seed's 31 shapes, and for the row-parallel matmuls the model\n"
+    "                      shapes 8192,8192,3584 and 8192,8192,1024, matmul_all_reduce first the\n"
+    "                      decode shapes M=1,8,32,128 N=8192 K=3584; on the CPU: 64:256:64)\n"
     "  --sizes LIST        all_reduce elements per rank, comma-separated; 2^E allowed\n"
     "                      (default: the seed's 4093,4096,5000,8192,8193,16384,16380,16387,\n"
     "                      2^15..2^20, and 2^22, 2^24, 2^27 on GPUs)\n"
@@ -59,7 +64,8 @@ static const char *const usage_head =
     "must equal the world size): rank 0 prints the table, the others only their errors, and every\n"
     "rank exits with the same status (docs/processes.md).\n";
 
-static const agmm_op ops[] = {AGMM_OP_AG_MATMUL, AGMM_OP_ALL_REDUCE};
+static const agmm_op ops[] = {AGMM_OP_AG_MATMUL, AGMM_OP_ALL_REDUCE, AGMM_OP_MATMUL_REDUCE_SCATTER,
+                             AGMM_OP_MATMUL_ALL_REDUCE};
 
 void bench_usage(FILE *f)
 {
@@ -67,7 +73,7 @@ void bench_usage(FILE *f)
     fputs("\nBackends (the library's table):\n", f);
     for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++)
         for (int i = 0; agmm_backend_name(ops[o], i) != NULL; i++)
-            fprintf(f, "  %-10s %-11s %s\n", i == 0 ? agmm_op_name(ops[o]) : "", agmm_backend_name(ops[o], i),
+            fprintf(f, "  %-21s %-11s %s\n", i == 0 ? agmm_op_name(ops[o]) : "", agmm_backend_name(ops[o], i),
                     agmm_backend_summary(ops[o], agmm_backend_name(ops[o], i)));
     fputs("\nEnvironment (the library's knobs, src/core/knobs.h; a value not allowed is an error naming it):\n", f);
     for (int i = 0; i < AGMM_KNOB_COUNT; i++) {
@@ -220,7 +226,10 @@ static int check_shape(const bench_options *o, const int64_t shape[3], const cha
     agmm_ag_matmul_desc d = {.m = shape[0], .n = shape[1], .k = shape[2], .b_layout = o->b_layout,
                              .splits = o->splits};
     char why[512];
-    if (agmm_ext_check_ag_matmul(&d, 1, why, sizeof why) != AGMM_SUCCESS)
+    agmm_status st = o->op == AGMM_OP_AG_MATMUL
+                         ? agmm_ext_check_ag_matmul(&d, 1, why, sizeof why)
+                         : agmm_ext_check_matmul_reduce(o->op, shape[0], shape[1], shape[2], o->b_layout, why, sizeof why);
+    if (st != AGMM_SUCCESS)
         return bad(opt, val, why);
     return 0;
 }
@@ -297,7 +306,9 @@ int bench_parse(int argc, char **argv, bench_options *o)
         } else if (!strcmp(a, "--op")) {
             if (!strcmp(v, "ag_matmul")) o->op = AGMM_OP_AG_MATMUL;
             else if (!strcmp(v, "all_reduce")) o->op = AGMM_OP_ALL_REDUCE;
-            else return bad(a, v, "must be ag_matmul or all_reduce");
+            else if (!strcmp(v, "matmul_reduce_scatter")) o->op = AGMM_OP_MATMUL_REDUCE_SCATTER;
+            else if (!strcmp(v, "matmul_all_reduce")) o->op = AGMM_OP_MATMUL_ALL_REDUCE;
+            else return bad(a, v, "must be ag_matmul, all_reduce, matmul_reduce_scatter or matmul_all_reduce");
         } else if (!strcmp(a, "--shape")) {
             char f[3][32];
             if (nshape_flags == BENCH_MAX_ROWS)
@@ -356,9 +367,9 @@ int bench_parse(int argc, char **argv, bench_options *o)
         i += takes;
     }
     if (o->op == AGMM_OP_ALL_REDUCE && (nshape_flags || shapes))
-        return bad("--shape/--shapes", NULL, "apply to --op ag_matmul; all_reduce takes --sizes");
-    if (o->op == AGMM_OP_AG_MATMUL && sizes)
-        return bad("--sizes", sizes, "applies to --op all_reduce; ag_matmul takes --shape or --shapes");
+        return bad("--shape/--shapes", NULL, "apply to the matmul operations; all_reduce takes --sizes");
+    if (o->op != AGMM_OP_ALL_REDUCE && sizes)
+        return bad("--sizes", sizes, "applies to --op all_reduce; the matmul operations take --shape or --shapes");
     if (check_backends(o, backend_names))
         return 2;
     o->nrows = nshape_flags;
@@ -418,9 +429,22 @@ static void apply_defaults(bench_results *r, agmm_world *world)
         o->warmup = gpu ? 50 : 2;
     if (o->iters < 0)
         o->iters = gpu ? 100 : 5;
-    if (o->nrows == 0 && o->op == AGMM_OP_AG_MATMUL) {
+    if (o->nrows == 0 && o->op != AGMM_OP_ALL_REDUCE) {
+        /* matmul_all_reduce's case first: decode, M tokens of a 70B model's row-parallel layer at TP 8. */
+        for (int i = 0; gpu && o->op == AGMM_OP_MATMUL_ALL_REDUCE && i < 4; i++) {
+            o->shapes[o->nrows][0] = (int64_t[]){1, 8, 32, 128}[i];
+            o->shapes[o->nrows][1] = 8192, o->shapes[o->nrows][2] = 3584;
+            o->nrows++;
+        }
         for (int64_t s = gpu ? 256 : 64; s <= (gpu ? 4096 : 256); s += gpu ? 128 : 64) {
             o->shapes[o->nrows][0] = o->shapes[o->nrows][1] = o->shapes[o->nrows][2] = s;
+            o->nrows++;
+        }
+        /* LLaMA-3 70B at TP 8, 8192 tokens: the MLP's down projection (K = 28672/8) and attention's
+         * output projection (K = 8192/8). */
+        for (int i = 0; gpu && o->op != AGMM_OP_AG_MATMUL && i < 2; i++) {
+            o->shapes[o->nrows][0] = o->shapes[o->nrows][1] = 8192;
+            o->shapes[o->nrows][2] = i == 0 ? 3584 : 1024;
             o->nrows++;
         }
     } else if (o->nrows == 0) {
@@ -439,7 +463,7 @@ static void apply_defaults(bench_results *r, agmm_world *world)
     r->nbackends = o->nbackends;
     r->nrows = o->nrows;
     for (int i = 0; i < o->nrows; i++) {
-        if (o->op == AGMM_OP_AG_MATMUL) {
+        if (o->op != AGMM_OP_ALL_REDUCE) {
             r->rows[i].m = o->shapes[i][0];
             r->rows[i].n = o->shapes[i][1];
             r->rows[i].k = o->shapes[i][2];

@@ -7,6 +7,7 @@
 
 #include "bench.h"
 #include "bench_mem.h"
+#include "bench_mr.h"
 #include "bench_sync.h"
 
 /* Tolerances: bf16 outputs carry ~2^-9 relative rounding; fp32 sums only reordering. */
@@ -145,8 +146,13 @@ static void note_auto(cell_job *j, const agmm_plan *plan)
 /* One run of the cell's plan, whatever its operation. */
 static agmm_status run_once(cell_job *j, agmm_plan *plan, const void *io)
 {
-    if (j->res->opt.op == AGMM_OP_AG_MATMUL)
-        return agmm_ag_matmul(plan, io, j->dev->stream);
+    switch (j->res->opt.op) {
+    case AGMM_OP_AG_MATMUL: return agmm_ag_matmul(plan, io, j->dev->stream);
+    case AGMM_OP_MATMUL_REDUCE_SCATTER: return agmm_matmul_reduce_scatter(plan, io, j->dev->stream);
+    case AGMM_OP_MATMUL_ALL_REDUCE: return agmm_matmul_all_reduce(plan, io, j->dev->stream);
+    case AGMM_OP_ALL_REDUCE:
+    case AGMM_OP_NONE: break;
+    }
     return agmm_all_reduce(plan, io, j->dev->stream);
 }
 
@@ -462,6 +468,116 @@ static void run_all_reduce(cell_job *j)
     agmm_plan_destroy(plan);
 }
 
+/* ---- the row-parallel matmuls ---- */
+
+static int is_row_parallel(agmm_op op)
+{
+    return op == AGMM_OP_MATMUL_REDUCE_SCATTER || op == AGMM_OP_MATMUL_ALL_REDUCE;
+}
+
+/* The rows of S this rank's output holds: its block (reduce-scatter) or all of S. */
+static int64_t mr_rows(const bench_results *r, const bench_row *row, int rank, int64_t *row0)
+{
+    *row0 = 0;
+    if (r->opt.op == AGMM_OP_MATMUL_REDUCE_SCATTER)
+        return agmm_matmul_reduce_scatter_rows(row->m, r->nranks, rank, row0);
+    return row->m;
+}
+
+static agmm_status mr_run(cell_job *j, agmm_plan *plan, const void *a, const void *b, void *out)
+{
+    if (j->res->opt.op == AGMM_OP_MATMUL_ALL_REDUCE) {
+        agmm_matmul_all_reduce_io io = {.a = a, .b = b, .c = out};
+        return agmm_matmul_all_reduce(plan, &io, j->dev->stream);
+    }
+    agmm_matmul_reduce_scatter_io io = {.a = a, .b = b, .out = out};
+    return agmm_matmul_reduce_scatter(plan, &io, j->dev->stream);
+}
+
+/* matmul_reduce_scatter and matmul_all_reduce: fresh A_r and B_r per rank (every rank's from
+ * seeds: bench_mr.h), the output poisoned, one run checked against the fp64 sum (bench_mr_check)
+ * and, for matmul_all_reduce, every rank's S compared bit for bit (its hash exchanged: exact_a
+ * then means "every rank the same S"), then timed like the other operations. */
+static void run_matmul_reduce(cell_job *j)
+{
+    const bench_options *o = &j->res->opt;
+    bench_row *row = &j->res->rows[j->row];
+    const int64_t m = row->m, n = row->n, k = row->k;
+    int64_t row0, rows = mr_rows(j->res, row, j->rank, &row0);
+    const size_t a_bytes = (size_t)(m * k) * 2, b_bytes = (size_t)(k * n) * 2, out_bytes = (size_t)(rows * n) * 2;
+    bench_mr_ref ref = {.nranks = j->nranks, .m = m, .n = n, .k = k, .layout = o->b_layout};
+    for (int p = 0; p < j->nranks; p++) {
+        ref.seed_a[p] = seed_of(j->row, j->bi, p, 'A');
+        ref.seed_b[p] = seed_of(j->row, j->bi, p, 'B');
+    }
+    agmm_plan *plan = NULL;
+    uint16_t *ha = NULL, *hb = NULL, *hout = NULL;
+    void *da = NULL, *db = NULL, *dout = NULL;
+    bench_dev *dev = j->dev;
+    agmm_status st;
+    if (o->op == AGMM_OP_MATMUL_ALL_REDUCE) {
+        agmm_matmul_all_reduce_desc d = {.m = m, .n = n, .k = k, .b_layout = o->b_layout,
+                                         .backend = j->res->backends[j->bi]};
+        st = agmm_plan_matmul_all_reduce(&plan, j->ctx, &d);
+    } else {
+        agmm_matmul_reduce_scatter_desc d = {.m = m, .n = n, .k = k, .b_layout = o->b_layout,
+                                             .backend = j->res->backends[j->bi]};
+        st = agmm_plan_matmul_reduce_scatter(&plan, j->ctx, &d);
+    }
+    /* A rank whose plan failed still walks the whole cell, so every rank meets the same barriers. */
+    int ok = st == AGMM_SUCCESS;
+    if (!ok)
+        cell_fail(j, st == AGMM_ERR_UNSUPPORTED ? CELL_SKIPPED : CELL_ERROR, why(j, agmm_status_str(st)));
+    if (ok) {
+        note_auto(j, plan);
+        ha = malloc(a_bytes), hb = malloc(b_bytes), hout = malloc(out_bytes + 2);
+        da = bench_alloc(dev, a_bytes), db = bench_alloc(dev, b_bytes), dout = bench_alloc(dev, out_bytes + 16);
+        if (!ha || !hb || !hout || !da || !db || !dout)
+            ok = cell_fail(j, CELL_ERROR, dev->err[0] ? dev->err : "host allocation failed");
+    }
+    if (ok) {
+        bench_mr_fill(ha, a_bytes / 2, ref.seed_a[j->rank]);
+        bench_mr_fill(hb, b_bytes / 2, ref.seed_b[j->rank]);
+        if (bench_upload(dev, da, ha, a_bytes) || bench_upload(dev, db, hb, b_bytes) ||
+            bench_poison_bf16(dev, dout, out_bytes / 2) || bench_sync(dev))
+            ok = cell_fail(j, CELL_ERROR, dev->err);
+    }
+    void *out = rows > 0 ? dout : NULL;
+    ok = cell_agreed_ok(j);
+    if (ok && (mr_run(j, plan, da, db, out) != AGMM_SUCCESS || agmm_ctx_sync(j->ctx) != AGMM_SUCCESS ||
+               bench_sync(dev) != 0 || bench_download(dev, hout, dout, out_bytes)))
+        ok = cell_fail(j, CELL_ERROR, why(j, "run failed"));
+    /* Every rank's hash of its S (0 where it has none), exchanged by all: collective. */
+    uint64_t mine = ok && cell_ok(j) ? bench_mr_hash(hout, out_bytes) : 0, all[AGMM_MAX_RANKS];
+    int same = agmm_ext_exchange(j->ctx, &mine, sizeof mine, all) == AGMM_SUCCESS;
+    for (int p = 0; same && o->op == AGMM_OP_MATMUL_ALL_REDUCE && p < j->nranks; p++)
+        same = all[p] == all[0];
+    if (ok && cell_ok(j)) {
+        int nan_seen = 0;
+        double err = bench_mr_check(&ref, hout, row0, rows, &nan_seen);
+        record_check(j, err, same);
+        if (!same || nan_seen || !(err <= TOL_BF16)) {
+            char what[160];
+            snprintf(what, sizeof what, "wrong result: S rel err %.2e%s%s (tolerance %.0e)", err,
+                     nan_seen ? ", NaN in S" : "", same ? "" : ", ranks' S differ", TOL_BF16);
+            cell_fail(j, CELL_WRONG, what);
+        }
+    }
+    agmm_matmul_reduce_scatter_io rio = {.a = da, .b = db, .out = out};
+    agmm_matmul_all_reduce_io aio = {.a = da, .b = db, .c = out};
+    const void *io = o->op == AGMM_OP_MATMUL_ALL_REDUCE ? (const void *)&aio : (const void *)&rio;
+    time_plan(j, plan, io, cell_agreed_ok(j) && !o->check_only);
+    const cell_output outs[1] = {{dout, hout, (size_t)(rows * n), AGMM_DTYPE_BF16, 0}};
+    time_graph(j, plan, io, outs, rows > 0 ? 1 : 0, o->graph && cell_agreed_ok(j));
+    bench_free(dev, da);
+    bench_free(dev, db);
+    bench_free(dev, dout);
+    free(ha);
+    free(hb);
+    free(hout);
+    agmm_plan_destroy(plan);
+}
+
 /* What one rank of row `row` allocates at most, in bytes: host buffers (inputs, downloads, the
  * reference's scratch) and device buffers (outputs, and the plan's symmetric input, which the
  * library checks on its own too); rank 0's plain GEMM first allocates the gathered shape. */
@@ -469,7 +585,15 @@ static void row_need(const bench_results *r, int row, int plain_gemm, uint64_t *
 {
     const bench_row *w = &r->rows[row];
     const uint64_t nr = (uint64_t)r->nranks, m = (uint64_t)w->m, n = (uint64_t)w->n, k = (uint64_t)w->k;
-    if (r->opt.op == AGMM_OP_AG_MATMUL) {
+    if (is_row_parallel(r->opt.op)) {
+        /* A_r, B_r and the output (all of S at most), host and device; the plain GEMM's operands. */
+        *host = (m * k + k * n + m * n) * 2;
+        *device = (m * k + k * n + m * n) * 2;
+        if (plain_gemm) {
+            *host = *host > (m * k + k * n) * 2 ? *host : (m * k + k * n) * 2;
+            *device = *device > (m * k + k * n + m * n) * 2 ? *device : (m * k + k * n + m * n) * 2;
+        }
+    } else if (r->opt.op == AGMM_OP_AG_MATMUL) {
         *host = (m * k + k * n + nr * m * k + nr * m * n) * 2 + n * sizeof(double);
         *device = (k * n + nr * m * k + nr * m * n + m * k) * 2;
         if (plain_gemm) {
@@ -492,7 +616,7 @@ static int row_fits(cell_job *j)
     bench_results *res = j->res;
     bench_row *row = &res->rows[j->row];
     uint64_t host = 0, device = 0;
-    row_need(res, j->row, j->rank == 0 && res->opt.op == AGMM_OP_AG_MATMUL && !res->opt.check_only, &host, &device);
+    row_need(res, j->row, j->rank == 0 && res->opt.op != AGMM_OP_ALL_REDUCE && !res->opt.check_only, &host, &device);
     char why[AGMM_ERROR_LEN], what[AGMM_ERROR_LEN + 32];
     const int bi = j->bi;
     j->bi = 0;
@@ -533,11 +657,13 @@ agmm_status bench_rank_main(agmm_ctx *ctx, void *arg)
                 bench_progress(res, j.row);
             continue;
         }
-        if (res->opt.op == AGMM_OP_AG_MATMUL && res->opt.check_only == 0) {
+        if (res->opt.op != AGMM_OP_ALL_REDUCE && res->opt.check_only == 0) {
+            /* The GEMM each rank runs: the gathered one, or the local M x N x K of a row-parallel one. */
             bench_row *row = &res->rows[j.row];
+            const int64_t rows = is_row_parallel(res->opt.op) ? row->m : (int64_t)res->nranks * row->m;
             if (j.rank == 0)
-                bench_time_plain_gemm(&dev, ctx, (int64_t)res->nranks * row->m, row->n, row->k, res->opt.b_layout,
-                                      res->opt.warmup, res->opt.iters, &row->gemm_us, &row->engine_us);
+                bench_time_plain_gemm(&dev, ctx, rows, row->n, row->k, res->opt.b_layout, res->opt.warmup,
+                                      res->opt.iters, &row->gemm_us, &row->engine_us);
             /* The others wait here, not inside a plan's bounded rendezvous. */
             bench_sync_barrier(res);
         }
@@ -545,6 +671,8 @@ agmm_status bench_rank_main(agmm_ctx *ctx, void *arg)
             dev.err[0] = '\0';
             if (res->opt.op == AGMM_OP_AG_MATMUL)
                 run_ag_matmul(&j);
+            else if (is_row_parallel(res->opt.op))
+                run_matmul_reduce(&j);
             else
                 run_all_reduce(&j);
             /* Ranks leave a cell together, so one rank's failure cannot skew the next cell. */

@@ -119,7 +119,7 @@ int bench_sync_all_ok(bench_results *r, int ok)
 void bench_progress(const bench_results *r, int row)
 {
     const bench_row *w = &r->rows[row];
-    if (r->opt.op == AGMM_OP_AG_MATMUL)
+    if (r->opt.op != AGMM_OP_ALL_REDUCE)
         fprintf(stderr, "agmm-bench: row %d/%d (%lld, %lld, %lld) done\n", row + 1, r->nrows, (long long)w->m,
                 (long long)w->n, (long long)w->k);
     else

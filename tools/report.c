@@ -9,9 +9,16 @@
 #include "bench.h"
 
 static const char *op_name(const bench_results *r) { return agmm_op_name(r->opt.op); }
+/* Every operation but all_reduce is a matmul: rows are shapes (M, N, K), times are TFLOP/s. */
+static int is_matmul(const bench_results *r) { return r->opt.op != AGMM_OP_ALL_REDUCE; }
 static const char *dtype_name(const bench_results *r)
 {
-    return r->opt.op == AGMM_OP_AG_MATMUL || r->opt.dtype == AGMM_DTYPE_BF16 ? "bf16" : "fp32";
+    return is_matmul(r) || r->opt.dtype == AGMM_DTYPE_BF16 ? "bf16" : "fp32";
+}
+/* The last column of the matmul figures: the gathered A exact, or every rank the same S. */
+static const char *exact_column(const bench_results *r)
+{
+    return r->opt.op == AGMM_OP_AG_MATMUL ? "gathered_A" : r->opt.op == AGMM_OP_MATMUL_ALL_REDUCE ? "ranks_same" : "";
 }
 
 static const char *state_name(cell_state s)
@@ -54,7 +61,7 @@ static int baseline_index(const bench_results *r)
 
 static void shape_str(const bench_results *r, const bench_row *row, char *buf, size_t len)
 {
-    if (r->opt.op == AGMM_OP_AG_MATMUL)
+    if (is_matmul(r))
         snprintf(buf, len, "(%lld, %lld, %lld)", (long long)row->m, (long long)row->n, (long long)row->k);
     else
         snprintf(buf, len, "%lld", (long long)row->n);
@@ -72,8 +79,10 @@ static derived derive(const bench_results *r, const bench_row *row, int b)
     if (!timed(r, c) || c->mean_us <= 0)
         return d;
     double t_s = c->mean_us * 1e-6;
-    if (r->opt.op == AGMM_OP_AG_MATMUL) {
-        d.tflops = 2.0 * r->nranks * (double)row->m * (double)row->n * (double)row->k / t_s * 1e-12;
+    if (is_matmul(r)) {
+        /* Per GPU: the gathered GEMM (W*M rows) of ag_matmul, the local M x N x K of the others. */
+        const double rows = r->opt.op == AGMM_OP_AG_MATMUL ? (double)r->nranks * (double)row->m : (double)row->m;
+        d.tflops = 2.0 * rows * (double)row->n * (double)row->k / t_s * 1e-12;
         /* The plain GEMMs are timed as medians (bench_mem.h): divide like by like. */
         if (row->gemm_us > 0 && c->median_us > 0)
             d.overlap = row->gemm_us / c->median_us;
@@ -112,7 +121,7 @@ void report_print(const bench_results *r, FILE *f)
                 !r->opt.flush ? ", no cache flush" : r->gpu ? ", L2 flushed before each call" : ", 64 MB written before each call");
     fprintf(f, "\nBenchmarking results for %s on %dx %s (time_us).\n", op_name(r), r->nranks,
             r->gpu ? "devices" : r->proc_ctx ? "CPU process-ranks" : "CPU thread-ranks");
-    fprintf(f, "%-22s %-6s", r->opt.op == AGMM_OP_AG_MATMUL ? "shape" : "n", "dtype");
+    fprintf(f, "%-22s %-6s", is_matmul(r) ? "shape" : "n", "dtype");
     for (int b = 0; b < r->nbackends; b++)
         fprintf(f, " %*s", col_width(r, b), r->backends[b]);
     fprintf(f, "  Best Backend\n");
@@ -136,11 +145,11 @@ void report_print(const bench_results *r, FILE *f)
         fprintf(f, "  %s\n", best >= 0 ? r->backends[best] : "-");
     }
 
-    fprintf(f, "\n%-22s %-10s %10s %10s", r->opt.op == AGMM_OP_AG_MATMUL ? "shape" : "n", "backend", "mean_us", "median_us");
+    fprintf(f, "\n%-22s %-10s %10s %10s", is_matmul(r) ? "shape" : "n", "backend", "mean_us", "median_us");
     if (r->opt.graph)
         fprintf(f, " %9s", "graph_us");
-    if (r->opt.op == AGMM_OP_AG_MATMUL)
-        fprintf(f, " %9s %8s %8s %9s %9s %10s\n", "TFLOP/s", "vs_nccl", "overlap", "t/engine", "err", "gathered_A");
+    if (is_matmul(r))
+        fprintf(f, " %9s %8s %8s %9s %9s %10s\n", "TFLOP/s", "vs_nccl", "overlap", "t/engine", "err", exact_column(r));
     else
         fprintf(f, " %10s %10s %8s %9s\n", "algbw_GB/s", "busbw_GB/s", "vs_nccl", "err");
     for (int i = 0; i < r->nrows; i++) {
@@ -159,12 +168,13 @@ void report_print(const bench_results *r, FILE *f)
             print_num(f, 10, timed(r, c) ? c->median_us : NAN, 1);
             if (r->opt.graph)
                 print_num(f, 9, timed(r, c) && c->graph_median_us > 0 ? c->graph_median_us : NAN, 1);
-            if (r->opt.op == AGMM_OP_AG_MATMUL) {
+            if (is_matmul(r)) {
                 print_num(f, 9, d.tflops, d.tflops < 10 ? 3 : 1);
                 print_num(f, 8, d.speedup, 2);
                 print_num(f, 8, d.overlap, 2);
                 print_num(f, 9, d.vs_engine, 3);
-                fprintf(f, " %9.2e %10s", c->err, c->exact_a ? "exact" : "DIFFERS");
+                fprintf(f, " %9.2e %10s", c->err,
+                        r->opt.op == AGMM_OP_MATMUL_REDUCE_SCATTER ? "" : c->exact_a ? "exact" : "DIFFERS");
             } else {
                 print_num(f, 10, d.algbw_gbps, 2);
                 print_num(f, 10, d.busbw_gbps, 2);
@@ -179,11 +189,13 @@ void report_print(const bench_results *r, FILE *f)
             fputc('\n', f);
         }
     }
-    if (r->opt.op == AGMM_OP_AG_MATMUL)
-        fprintf(f, "# overlap = median time of the plain GEMM (%s) on the gathered shape / median time of the backend\n"
+    if (is_matmul(r))
+        fprintf(f, "# overlap = median time of the plain GEMM (%s) on the %s shape / median time of the backend\n"
                    "#   (1.0: communication hidden); t/engine = median time of the backend / median time of agmm's GEMM\n"
-                   "#   engine alone on that shape\n",
-                r->gpu ? "cuBLASLt" : "the CPU GEMM");
+                   "#   engine alone on that shape%s\n",
+                r->gpu ? "cuBLASLt" : "the CPU GEMM", r->opt.op == AGMM_OP_AG_MATMUL ? "gathered" : "local (M, N, K)",
+                r->opt.op == AGMM_OP_AG_MATMUL ? ""
+                                               : "\n# M = rows of S before the scatter; TFLOP/s per GPU = 2MNK / time");
 }
 
 static void csv_num(FILE *f, double v)

@@ -87,21 +87,21 @@ def _nccl(lib_path):
 
 def _backends(kind):
     """(lines, ok): every backend with its summary, and whether a world of `kind` runs it."""
-    lib = _lib.lib()
+    lib, w = _lib.lib(), max(len(op) for op in _lib.OPS)
     cfg = _lib.WorldConfig(kind=_lib.WORLD_KINDS[kind], nranks=2 if kind in ("cpu", "emulated") else 0)
     world, err = ctypes.c_void_p(), ctypes.create_string_buffer(1024)
     st = lib.agmm_world_create(ctypes.byref(world), ctypes.byref(cfg), err, len(err))
     if st != _lib.SUCCESS:
         lines = [f"a {kind} world could not be made: {_lib.status_str(st)}: {_lib.text(err.value)}"]
         for op in _lib.OPS:
-            lines += [f"  {op:<10} {name:<11} {_core.backend_summary(op, name)}" for name in _core.backend_names(op)]
+            lines += [f"  {op:<{w}} {name:<11} {_core.backend_summary(op, name)}" for name in _core.backend_names(op)]
         return lines, False
     try:
         lines = [f"in a {kind} world: {_lib.text(lib.agmm_world_describe(world))}"]
         for op in _lib.OPS:
             for name, why in _core.backends_available(world, op).items():
-                lines.append(f"  {op:<10} {name:<11} {'runs' if not why else 'no: ' + why}")
-                lines.append(f"  {'':<10} {'':<11} {_core.backend_summary(op, name)}")
+                lines.append(f"  {op:<{w}} {name:<11} {'runs' if not why else 'no: ' + why}")
+                lines.append(f"  {'':<{w}} {'':<11} {_core.backend_summary(op, name)}")
     finally:
         lib.agmm_world_destroy(world)
     return lines, True

@@ -27,18 +27,27 @@ _AG_MATMUL_ARGS = {"M": "a_shard", "N": "b", "K": "a_shard and b (K)", "shape W"
                    "io->b": "b and the outputs (a_gathered, c)"}
 _ALL_REDUCE_ARGS = {"n": "the tensor (its number of elements)", "dtype": "the tensor's dtype",
                     "backend": "backend", "io->out": "the tensor", "io->input": "the tensor"}
+# The row-parallel matmuls (matmul_reduce_scatter, matmul_all_reduce): one key and one set of names.
+_MATMUL_REDUCE_FIELDS = ("op", "M (rows of a)", "N (columns of b)", "K (columns of a, rows of b)", "layout of b",
+                         "backend")
+_MATMUL_REDUCE_ARGS = {"M": "a", "N": "b", "K": "a and b (K)", "shape M": "a and b", "b_layout": "b",
+                       "backend": "backend", "io->a": "a, b and the output (16-byte aligned, not overlapping)",
+                       "io->out": "the output", "io->c": "the output"}
 
 
 def _arg_namer(table):
     def name(text):
+        # The row-parallel matmuls' messages start with the operation: "matmul_all_reduce: K=12 ...".
+        if text.startswith("matmul_") and ": " in text:
+            text = text.split(": ", 1)[1]
         head = text.split("=", 1)[0].split(" is ", 1)[0]
         return table.get(head)
     return name
 
 
 def backend_names(op):
-    """The library's backends of `op` ("ag_matmul" or "all_reduce"), in its order; "auto" is not
-    one of them (it lets the library choose)."""
+    """The library's backends of `op` ("ag_matmul", "all_reduce", "matmul_reduce_scatter" or
+    "matmul_all_reduce"), in its order; "auto" is not one of them (it lets the library choose)."""
     lib, code, names = _lib.lib(), _lib.OPS[op], []
     while True:
         name = lib.agmm_backend_name(code, len(names))
@@ -155,6 +164,24 @@ class Context:
             plan.input_bytes = n * (4 if dtype == _lib.DTYPE_F32 else 2)
         return plan
 
+    def matmul_reduce_plan(self, op, m, n, k, layout, backend, capturing=None):
+        """A row-parallel matmul's plan (op "matmul_reduce_scatter" or "matmul_all_reduce"): no
+        plan input (A comes with each run)."""
+        key = (op, m, n, k, layout, backend)
+        plan = self._lookup(key, capturing)
+        if plan is None:
+            self.agree(key, _MATMUL_REDUCE_FIELDS, op)
+            desc = _lib.MatmulReduceDesc(m=m, n=n, k=k, b_layout=layout,
+                                         backend=None if backend == "auto" else backend.encode())
+            lib = _lib.lib()
+            fn = lib.agmm_plan_matmul_all_reduce if op == "matmul_all_reduce" else lib.agmm_plan_matmul_reduce_scatter
+            plan = self._create(key, fn, desc, _lib.MatmulReduceIo(), op, _MATMUL_REDUCE_ARGS)
+        return plan
+
+    def reduce_scatter_rows(self, m):
+        """(first row, rows) of S this rank gets from matmul_reduce_scatter."""
+        return _lib.reduce_scatter_rows(m, self.nranks, self.rank)
+
     def _lookup(self, key, capturing=None):
         plan = self._plans.get(key)
         if plan is None and capturing is not None:
@@ -208,6 +235,18 @@ class Context:
         st = _lib.lib().agmm_all_reduce(plan.ptr, ctypes.byref(io), stream)
         if st != _lib.SUCCESS:
             self.fail(st, "all_reduce", _arg_namer(_ALL_REDUCE_ARGS))
+        self.stats["runs"] += 1
+
+    def run_matmul_reduce(self, plan, a, b, out, stream):
+        """One run of a row-parallel matmul plan: out is this rank's rows of S (NULL where it gets
+        none) or all of S."""
+        io, op = plan.io, plan.key[0]
+        io.a, io.b, io.out = a, b, out
+        lib = _lib.lib()
+        fn = lib.agmm_matmul_all_reduce if op == "matmul_all_reduce" else lib.agmm_matmul_reduce_scatter
+        st = fn(plan.ptr, ctypes.byref(io), stream)
+        if st != _lib.SUCCESS:
+            self.fail(st, op, _arg_namer(_MATMUL_REDUCE_ARGS))
         self.stats["runs"] += 1
 
     def count_copy_in(self, nbytes):

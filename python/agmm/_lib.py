@@ -26,12 +26,13 @@ UNIQUE_ID_BYTES = 256
 MAX_RANKS = 64
 
 SUCCESS, INVALID_ARG, UNSUPPORTED, NO_MEMORY, CUDA, NCCL, CUBLAS, TIMEOUT, VERSION, INTERNAL = range(10)
-OP_AG_MATMUL, OP_ALL_REDUCE = 0, 1
+OP_AG_MATMUL, OP_ALL_REDUCE, OP_MATMUL_REDUCE_SCATTER, OP_MATMUL_ALL_REDUCE = 0, 1, 2, 3
 DTYPE_BF16, DTYPE_F32 = 0, 1
 LAYOUT_COL_MAJOR, LAYOUT_ROW_MAJOR = 0, 1
 WORLD_KINDS = {"auto": 0, "cpu": 1, "gpu": 2, "emulated": 3}
 WORLD_KIND_NAMES = {v: k for k, v in WORLD_KINDS.items()}
-OPS = {"ag_matmul": OP_AG_MATMUL, "all_reduce": OP_ALL_REDUCE}
+OPS = {"ag_matmul": OP_AG_MATMUL, "all_reduce": OP_ALL_REDUCE, "matmul_reduce_scatter": OP_MATMUL_REDUCE_SCATTER,
+       "matmul_all_reduce": OP_MATMUL_ALL_REDUCE}
 
 
 # ---- exceptions -------------------------------------------------------------------------------
@@ -90,6 +91,8 @@ def raise_status(status, detail, what, arg=None):
     the caller's argument an INVALID_ARG is about (a string, or a callable from the library's
     message to one). INVALID_ARG becomes ValueError; every other status an Error subclass."""
     text, where = _strip_location(detail or "")
+    if text.startswith(f"{what}: "):   # the library named the operation too: once is enough
+        text = text[len(what) + 2:]
     suffix = f" [{where}]" if where else ""
     if status == INVALID_ARG:
         name = arg(text) if callable(arg) else arg
@@ -137,6 +140,18 @@ class AllReduceIo(ctypes.Structure):
     _fields_ = [("out", ctypes.c_void_p), ("input", ctypes.c_void_p), ("reserved", ctypes.c_void_p * 6)]
 
 
+class MatmulReduceDesc(ctypes.Structure):
+    """agmm_matmul_reduce_scatter_desc and agmm_matmul_all_reduce_desc (the same fields)."""
+    _fields_ = [("m", ctypes.c_int64), ("n", ctypes.c_int64), ("k", ctypes.c_int64), ("b_layout", ctypes.c_int),
+                ("backend", ctypes.c_char_p), ("reserved", ctypes.c_int64 * 8)]
+
+
+class MatmulReduceIo(ctypes.Structure):
+    """agmm_matmul_reduce_scatter_io (out) and agmm_matmul_all_reduce_io (c): the same layout."""
+    _fields_ = [("a", ctypes.c_void_p), ("b", ctypes.c_void_p), ("out", ctypes.c_void_p),
+                ("reserved", ctypes.c_void_p * 5)]
+
+
 # agmm_rank_fn: agmm_status (*)(agmm_ctx *ctx, void *arg). ctypes takes the GIL to run it.
 RANK_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
 
@@ -176,7 +191,24 @@ _PROTOTYPES = {
     "agmm_symmetric_free": (None, [_P, _P]),
     "agmm_ag_matmul": (ctypes.c_int, [_P, ctypes.POINTER(AgMatmulIo), _P]),
     "agmm_all_reduce": (ctypes.c_int, [_P, ctypes.POINTER(AllReduceIo), _P]),
+    "agmm_matmul_reduce_scatter_rows": (ctypes.c_int64, [ctypes.c_int64, ctypes.c_int, ctypes.c_int,
+                                                         ctypes.POINTER(ctypes.c_int64)]),
+    "agmm_plan_matmul_reduce_scatter": (ctypes.c_int, [ctypes.POINTER(_P), _P, ctypes.POINTER(MatmulReduceDesc)]),
+    "agmm_plan_matmul_all_reduce": (ctypes.c_int, [ctypes.POINTER(_P), _P, ctypes.POINTER(MatmulReduceDesc)]),
+    "agmm_matmul_reduce_scatter": (ctypes.c_int, [_P, ctypes.POINTER(MatmulReduceIo), _P]),
+    "agmm_matmul_all_reduce": (ctypes.c_int, [_P, ctypes.POINTER(MatmulReduceIo), _P]),
 }
+
+
+def reduce_scatter_rows(m, nranks, rank):
+    """(first row, rows) of S that `rank` gets from matmul_reduce_scatter (the library's split:
+    blocks of ceil(M/W) rows in rank order, the last ranks short or empty)."""
+    first = ctypes.c_int64()
+    rows = lib().agmm_matmul_reduce_scatter_rows(m, nranks, rank, ctypes.byref(first))
+    if rows < 0:
+        raise ValueError(f"reduce_scatter_rows: M={m}, nranks={nranks}, rank={rank}: want M >= 1 and "
+                         f"0 <= rank < nranks <= {MAX_RANKS}")
+    return first.value, rows
 
 
 # ---- finding and loading ------------------------------------------------------------------------

@@ -7,6 +7,7 @@ and a way to try the operations on any machine.
     def step(rank):                      # runs once per rank, each on its own thread
         a = anp.to_bf16(rng.standard_normal((M, K)))
         a_gathered, c = rank.ag_matmul(a, b)
+        s_rows = rank.matmul_reduce_scatter(a_local, b_local)   # the row-parallel half
         return anp.from_bf16(c)
 
     with anp.World(4) as world:
@@ -25,7 +26,7 @@ import numpy as np
 from . import _lib
 from ._core import Context, backend_key, backends_available
 
-__all__ = ["World", "Rank", "join", "unique_id", "to_bf16", "from_bf16"]
+__all__ = ["World", "Rank", "join", "unique_id", "reduce_scatter_rows", "to_bf16", "from_bf16"]
 
 
 def to_bf16(x):
@@ -182,6 +183,46 @@ class Rank:
             source = None
         ctx.run_all_reduce(plan, address, source, None)
         return x
+
+    def matmul_reduce_scatter(self, a, b, *, backend="auto", out=None):
+        """This rank's block of rows of S = the sum over ranks of a @ b (each rank passing its own a
+        and b): rows reduce_scatter_rows(M, nranks, rank) of S, as an (rows, N) bf16 array (rows may
+        be 0 when M < nranks). a: (M, K) bf16, C-contiguous; b: (K, N) bf16, C-contiguous or b.T
+        C-contiguous. The partials are added in fp32 in rank order (bit for bit the same on every
+        backend of the CPU world). out: an optional (rows, N) array to write."""
+        return self._matmul_reduce("matmul_reduce_scatter", a, b, backend, out)
+
+    def matmul_all_reduce(self, a, b, *, backend="auto", out=None):
+        """All of S = the sum over ranks of a @ b, (M, N) bf16, the same bits on every rank; as
+        matmul_reduce_scatter otherwise."""
+        return self._matmul_reduce("matmul_all_reduce", a, b, backend, out)
+
+    def _matmul_reduce(self, what, a, b, backend, out):
+        _need_array(what, "a", a)
+        _need_array(what, "b", b)
+        _need_bf16(what, "a", a)
+        if a.ndim != 2:
+            raise ValueError(f"{what}: a: shape {a.shape}; want a matrix (M, K)")
+        _need_c_contiguous(what, "a", a)
+        if b.dtype != a.dtype:
+            raise TypeError(f"{what}: b: dtype {b.dtype}; want {a.dtype}, a's")
+        m, k = a.shape
+        layout = _b_layout(what, b, k)
+        n = b.shape[1]
+        ctx = self._ctx
+        rows = ctx.reduce_scatter_rows(m)[1] if what == "matmul_reduce_scatter" else m
+        if out is None:
+            out = np.empty((rows, n), a.dtype)
+        else:
+            _need_array(what, "out", out)
+            if out.dtype != a.dtype or out.shape != (rows, n):
+                raise ValueError(f"{what}: out: {out.dtype} array of shape {out.shape}; want {a.dtype} ({rows}, {n})")
+            _need_c_contiguous(what, "out", out)
+            if not out.flags.writeable:
+                raise ValueError(f"{what}: out: read-only array")
+        plan = ctx.matmul_reduce_plan(what, m, n, k, layout, backend_key(what, backend))
+        ctx.run_matmul_reduce(plan, _address(a), _address(b), _address(out) if rows else None, None)
+        return out
 
     def symm_empty(self, shape, dtype):
         """An uninitialised array in agmm's symmetric memory (zeroed by the library): a shard or
@@ -355,6 +396,12 @@ class ProcessRank(Rank):
 
     def __exit__(self, *exc):
         self.close()
+
+
+def reduce_scatter_rows(m, nranks, rank):
+    """(first row, rows) of S that `rank` of `nranks` gets from matmul_reduce_scatter: blocks of
+    ceil(M / nranks) rows in rank order, the last ranks short or empty (include/agmm.h)."""
+    return _lib.reduce_scatter_rows(m, nranks, rank)
 
 
 def unique_id(kind="cpu"):

@@ -4,9 +4,12 @@
     dist.init_process_group("nccl"); torch.cuda.set_device(local_rank)
     agmm.torch.init()                                   # a process world over the default group
     a_gathered, c = agmm.torch.ag_matmul(a_shard, b)    # b: (K, N), e.g. w.T of a contiguous (N, K) w
-    agmm.torch.all_reduce_(t); agmm.torch.finalize()
+    agmm.torch.all_reduce_(t)
+    y = agmm.torch.matmul_reduce_scatter(h, w2.T)    # this rank's rows of sum_r h_r @ w2_r.T
+    agmm.torch.finalize()
 
-The ops are torch.library custom ops (agmm::ag_matmul, agmm::ag_matmul_out, agmm::all_reduce_)
+The ops are torch.library custom ops (agmm::ag_matmul, agmm::ag_matmul_out, agmm::all_reduce_,
+agmm::matmul_reduce_scatter, agmm::matmul_all_reduce)
 with fake implementations, so torch.compile traces them; they run on torch's current stream and
 never synchronise the host. Plans are cached per (shape, dtype, layout, backend), at most
 `max_plans` per process (least recently used destroyed first), and freed by finalize().
@@ -40,8 +43,9 @@ import torch.distributed as dist              # noqa: E402
 from . import _dlpack, _lib                   # noqa: E402
 from ._core import Context, backend_key, backend_names, backends_available   # noqa: E402
 
-__all__ = ["init", "finalize", "is_initialized", "ag_matmul", "all_reduce_", "symm_empty", "symm_free", "stats",
-           "plans", "backends", "available", "world_size", "rank", "describe"]
+__all__ = ["init", "finalize", "is_initialized", "ag_matmul", "all_reduce_", "matmul_reduce_scatter",
+           "matmul_all_reduce", "reduce_scatter_rows", "symm_empty", "symm_free", "stats", "plans", "backends",
+           "available", "world_size", "rank", "describe"]
 
 _CAPTURE_MESSAGE = ("agmm.torch.{op}: no plan for this call yet, and a plan cannot be made while a CUDA "
                     "graph is being captured (it allocates memory and meets the peers): call the op once "
@@ -92,7 +96,8 @@ def describe():
 
 
 def backends(op="ag_matmul"):
-    """The library's backends of op ("ag_matmul" or "all_reduce"); "auto" chooses among them."""
+    """The library's backends of op ("ag_matmul", "all_reduce", "matmul_reduce_scatter" or
+    "matmul_all_reduce"); "auto" chooses among them."""
     return backend_names(op)
 
 
@@ -265,21 +270,21 @@ def _need_device(op, name, t, st):
                          "(torch.cuda.current_device() at init)")
 
 
-def _check_ag_matmul(st, a_shard, b):
-    """(m, n, k, layout) of a valid call; raises naming the argument otherwise."""
-    op = "ag_matmul"
-    for name, t in (("a_shard", a_shard), ("b", b)):
+def _check_ag_matmul(st, a_shard, b, op="ag_matmul", a_name="a_shard"):
+    """(m, n, k, layout) of a valid call; raises naming the argument otherwise. The row-parallel
+    matmuls check their (a, b) the same way."""
+    for name, t in ((a_name, a_shard), ("b", b)):
         if t.dtype != torch.bfloat16:
             raise TypeError(f"agmm.torch.{op}: {name}: dtype {t.dtype}; want torch.bfloat16")
         if t.dim() != 2:
             raise ValueError(f"agmm.torch.{op}: {name}: {t.dim()}-d tensor of shape {tuple(t.shape)}; want a matrix")
         _need_device(op, name, t, st)
     if not a_shard.is_contiguous():
-        raise ValueError(f"agmm.torch.{op}: a_shard: not contiguous (shape {tuple(a_shard.shape)}, strides "
-                         f"{a_shard.stride()}); pass a_shard.contiguous()")
+        raise ValueError(f"agmm.torch.{op}: {a_name}: not contiguous (shape {tuple(a_shard.shape)}, strides "
+                         f"{a_shard.stride()}); pass {a_name}.contiguous()")
     m, k = a_shard.shape
     if b.shape[0] != k:
-        raise ValueError(f"agmm.torch.{op}: b: shape {tuple(b.shape)}; its rows must equal a_shard's columns (K={k})")
+        raise ValueError(f"agmm.torch.{op}: b: shape {tuple(b.shape)}; its rows must equal {a_name}'s columns (K={k})")
     n = b.shape[1]
     if b.t().is_contiguous():               # the seed's layout (first: a single column is both)
         layout = _lib.LAYOUT_COL_MAJOR
@@ -384,6 +389,30 @@ def _run_all_reduce(t, backend):
         current.wait_stream(stream)
 
 
+def _mr_rows(op, m):
+    """The rows of S this rank's output of op holds."""
+    return _current().ctx.reduce_scatter_rows(m)[1] if op == "matmul_reduce_scatter" else m
+
+
+def _run_matmul_reduce(op, a, b, backend):
+    """The row-parallel matmuls: A comes with the run (no plan input, nothing copied)."""
+    st = _current()
+    m, n, k, layout = _check_ag_matmul(st, a, b, op, "a")
+    current, stream = _enter_run(st, op)
+    ctx = st.ctx
+    plan = ctx.matmul_reduce_plan(op, m, n, k, layout, backend_key(op, backend), capturing=_capturing(op))
+    rows = _mr_rows(op, m)
+    out = a.new_empty((rows, n))
+    if stream is not current:
+        stream.wait_stream(current)   # a, b and out were made on the current stream
+    ctx.run_matmul_reduce(plan, a.data_ptr(), b.data_ptr(), out.data_ptr() if rows else None, stream.cuda_stream)
+    if stream is not current:
+        current.wait_stream(stream)
+        for t in (a, b, out):
+            t.record_stream(stream)
+    return out
+
+
 # ---- the custom ops ------------------------------------------------------------------------------
 
 @torch.library.custom_op("agmm::ag_matmul", mutates_args=(),
@@ -430,12 +459,35 @@ def _all_reduce_fake(t, backend):
     _all_reduce_dtype(_current(), t)
 
 
+@torch.library.custom_op("agmm::matmul_reduce_scatter", mutates_args=(),
+                         schema="(Tensor a, Tensor b, str backend) -> Tensor")
+def _matmul_reduce_scatter_op(a, b, backend):
+    return _run_matmul_reduce("matmul_reduce_scatter", a, b, backend)
+
+
+@_matmul_reduce_scatter_op.register_fake
+def _matmul_reduce_scatter_fake(a, b, backend):
+    m, n, _, _ = _check_ag_matmul(_current(), a, b, "matmul_reduce_scatter", "a")
+    return a.new_empty((_mr_rows("matmul_reduce_scatter", m), n))
+
+
+@torch.library.custom_op("agmm::matmul_all_reduce", mutates_args=(), schema="(Tensor a, Tensor b, str backend) -> Tensor")
+def _matmul_all_reduce_op(a, b, backend):
+    return _run_matmul_reduce("matmul_all_reduce", a, b, backend)
+
+
+@_matmul_all_reduce_op.register_fake
+def _matmul_all_reduce_fake(a, b, backend):
+    m, n, _, _ = _check_ag_matmul(_current(), a, b, "matmul_all_reduce", "a")
+    return a.new_empty((m, n))
+
+
 # ---- the public functions -------------------------------------------------------------------------
 
 def _need_backend(op, backend):
     if not isinstance(backend, str):
-        raise TypeError(f"agmm.torch.{op}: backend: {type(backend).__name__}; want 'auto' or one of "
-                        f"{', '.join(backend_names('ag_matmul' if op == 'ag_matmul' else 'all_reduce'))}")
+        names = backend_names(op if op != "all_reduce_" else "all_reduce")
+        raise TypeError(f"agmm.torch.{op}: backend: {type(backend).__name__}; want 'auto' or one of {', '.join(names)}")
 
 
 def ag_matmul(a_shard, b, *, backend="auto", splits=0, out=None):
@@ -466,6 +518,36 @@ def all_reduce_(t, *, backend="auto"):
     _need_backend("all_reduce_", backend)
     torch.ops.agmm.all_reduce_(t, backend)
     return t
+
+
+def matmul_reduce_scatter(a, b, *, backend="auto"):
+    """This rank's block of rows of S = the sum over ranks of a @ b (each rank its own a and b):
+    the row-parallel GEMM of a tensor-parallel layer, its partial sums reduce-scattered. Returns a
+    (rows, N) bf16 tensor, rows = reduce_scatter_rows(M)[1]: blocks of ceil(M/W) rows in rank order
+    (the last ranks short, or empty when M < W). a: (M, K) bf16, contiguous (K: this rank's slice
+    of the reduced dimension); b: (K, N) bf16, w.T of a contiguous (N, K) w or contiguous; both on
+    init's device and 16-byte aligned. The partials are added in fp32 in rank order, so every run
+    gives the same bits (the nccl backend: NCCL's order). backend: "auto" or one of
+    backends("matmul_reduce_scatter"). Collective; enqueued on the current stream."""
+    _need_tensor("matmul_reduce_scatter", "a", a)
+    _need_tensor("matmul_reduce_scatter", "b", b)
+    _need_backend("matmul_reduce_scatter", backend)
+    return torch.ops.agmm.matmul_reduce_scatter(a, b, backend)
+
+
+def matmul_all_reduce(a, b, *, backend="auto"):
+    """All of S = the sum over ranks of a @ b, (M, N) bf16, the same bits on every rank (decode's
+    row-parallel layer). Arguments as matmul_reduce_scatter; backend: "auto" or one of
+    backends("matmul_all_reduce"). Collective; enqueued on the current stream."""
+    _need_tensor("matmul_all_reduce", "a", a)
+    _need_tensor("matmul_all_reduce", "b", b)
+    _need_backend("matmul_all_reduce", backend)
+    return torch.ops.agmm.matmul_all_reduce(a, b, backend)
+
+
+def reduce_scatter_rows(m):
+    """(first row, rows) of S that this rank gets from matmul_reduce_scatter of an M-row S."""
+    return _current().ctx.reduce_scatter_rows(m)
 
 
 def symm_empty(shape, dtype=torch.bfloat16):

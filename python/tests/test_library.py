@@ -119,7 +119,7 @@ def test_pip_install_ships_the_given_library(tmp_path):
 
 def test_python_m_agmm_reports_library_nccl_devices_backends():
     """`python -m agmm`: the library this process loads and why, NCCL (or that a CPU build uses
-    none), the devices, and every backend of both operations with whether the CPU world runs it."""
+    none), the devices, and every backend of every operation with whether the CPU world runs it."""
     out = subprocess.run([sys.executable, "-m", "agmm"], env=dict(os.environ, PYTHONPATH=os.path.dirname(PACKAGE_DIR)),
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -133,6 +133,6 @@ def test_python_m_agmm_reports_library_nccl_devices_backends():
     else:
         assert "not used (a CPU-only build)" in nccl
     assert "devices:  " in text and "backends: in a cpu world: " in text
-    for op in ("ag_matmul", "all_reduce"):
+    for op in _lib.OPS:
         for name in agmm.backends(op):
             assert any(line.split()[:2] == [op, name] for line in text.splitlines()), f"{op}/{name} missing:\n{text}"

@@ -1,7 +1,8 @@
 """One rank of an emulated process world: test_torch.py starts 2 or 3 of these with torchrun on one
 GPU (a gloo job: NCCL refuses two ranks on one GPU). agmm.torch.init sees the shared GPU and makes
-an emulated world; every backend it runs is checked exactly against the gathered inputs. Prints
-OK, or UNSUPPORTED and exits 77 when this libagmm cannot join a process world."""
+an emulated world; every backend it runs (ag_matmul, all_reduce, the row-parallel matmuls) is
+checked exactly against the gathered inputs. Prints OK, or UNSUPPORTED and exits 77 when this
+libagmm cannot join a process world."""
 import os
 import sys
 
@@ -61,6 +62,23 @@ def main():
                 assert torch.equal(at.all_reduce_(x, backend=backend), want), (backend, dtype, n)
                 assert torch.equal(s, want), (backend, dtype, n)
                 at.symm_free(s)
+                checked += 1
+    w = dist.get_world_size()
+    for op in ("matmul_reduce_scatter", "matmul_all_reduce"):
+        for backend, why in at.available(op).items():
+            if why:
+                continue
+            for m, n, k in ((1, 8, 8), (7, 33, 72), (130, 24, 64)):
+                a = small_ints((m, k), gen)
+                b = small_ints((n, k), gen).T          # the seed's layout: odd N allowed
+                got = getattr(at, op)(a, b, backend=backend)
+                a_all = all_gather_cpu(a).double().view(w, m, k)
+                b_all = all_gather_cpu(b.contiguous()).double().view(w, k, n)
+                want = (a_all @ b_all).sum(0)
+                if op == "matmul_reduce_scatter":
+                    first, rows = at.reduce_scatter_rows(m)
+                    want = want[first:first + rows]
+                assert torch.equal(got.double(), want.to(torch.bfloat16).double()), (op, backend, m, n, k)
                 checked += 1
     try:
         at.ag_matmul(torch.zeros((4 + (r == 1), 8), dtype=torch.bfloat16, device="cuda"),

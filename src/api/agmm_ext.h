@@ -50,6 +50,10 @@ void agmm_ext_auto_choice(const agmm_ctx *ctx, const char **how, double *tune_ms
  * why. */
 agmm_status agmm_ext_check_ag_matmul(const agmm_ag_matmul_desc *desc, int nranks, char *why, size_t why_len);
 agmm_status agmm_ext_check_all_reduce(const agmm_all_reduce_desc *desc, char *why, size_t why_len);
+/* The shape check of the row-parallel matmuls (op: AGMM_OP_MATMUL_REDUCE_SCATTER or
+ * AGMM_OP_MATMUL_ALL_REDUCE), without a backend. */
+agmm_status agmm_ext_check_matmul_reduce(agmm_op op, int64_t m, int64_t n, int64_t k, agmm_layout b_layout, char *why,
+                                         size_t why_len);
 
 /* Process worlds (agmm_world_join): agmm-bench's ranks are then separate processes, so they
  * meet and merge their results through the library's host collectives, bounded by the world's

@@ -21,7 +21,7 @@ typedef struct {
     /* The descriptor's backend string (NULL: auto). */
     const char *(*backend_of)(const void *desc);
     /* Copies the checked descriptor into plan->desc (defaults resolved, backend NULL) and returns
-     * the bytes of the plan's symmetric input. */
+     * the bytes of the plan's symmetric input (0: none; plan->input stays NULL). */
     size_t (*install)(agmm_plan *plan, const void *desc);
     /* The io's input pointer (NULL: the plan's own buffer). */
     const void *(*input_of)(const void *io);
@@ -59,6 +59,8 @@ typedef struct {
 const agmm_op_type *agmm_op_type_of(agmm_op op);
 extern const agmm_op_type agmm_op_ag_matmul;
 extern const agmm_op_type agmm_op_all_reduce;
+extern const agmm_op_type agmm_op_matmul_reduce_scatter;
+extern const agmm_op_type agmm_op_matmul_all_reduce;
 
 /* Installs the checked descriptor `desc` of op into *shape, a plan on the caller's stack with
  * nothing allocated (ctx, op and desc set; no backend): what describe and scratch read before a

@@ -153,6 +153,17 @@ agmm_status agmm_ext_check_all_reduce(const agmm_all_reduce_desc *desc, char *wh
     return check_backend(AGMM_OP_ALL_REDUCE, desc->backend, why, why_len);
 }
 
+agmm_status agmm_ext_check_matmul_reduce(agmm_op op, int64_t m, int64_t n, int64_t k, agmm_layout b_layout, char *why,
+                                         size_t why_len)
+{
+    agmm_error err = {0};
+    const int64_t reserved[1] = {0};
+    agmm_status st = agmm_check_matmul_reduce(agmm_op_name(op), m, n, k, b_layout, reserved, sizeof reserved, &err);
+    if (st != AGMM_SUCCESS)
+        set_why(why, why_len, err.msg);
+    return st;
+}
+
 agmm_status agmm_ext_barrier(agmm_ctx *ctx)
 {
     agmm_error_clear(agmm_ctx_err(ctx)); /* agmm_last_error describes this call */

@@ -16,6 +16,8 @@ const agmm_op_type *agmm_op_type_of(agmm_op op)
     switch (op) {
     case AGMM_OP_AG_MATMUL: return &agmm_op_ag_matmul;
     case AGMM_OP_ALL_REDUCE: return &agmm_op_all_reduce;
+    case AGMM_OP_MATMUL_REDUCE_SCATTER: return &agmm_op_matmul_reduce_scatter;
+    case AGMM_OP_MATMUL_ALL_REDUCE: return &agmm_op_matmul_all_reduce;
     case AGMM_OP_NONE: break;
     }
     return NULL;
@@ -87,7 +89,7 @@ static agmm_status plan_create(agmm_plan **out, agmm_ctx *ctx, agmm_op op, const
         st = agmm_api_fault_point(ctx, &p->fault, AGMM_FAULT_AT_PLAN, 0);
     if (st == AGMM_SUCCESS)
         st = agmm_plan_agree(p, input_bytes);
-    if (st == AGMM_SUCCESS)
+    if (st == AGMM_SUCCESS && input_bytes > 0)
         st = agmm_symm_alloc(ctx, input_bytes, &p->input);
     /* Until a run says otherwise, the run's input is the plan's own (create may set up for it). */
     p->in = p->input;
@@ -110,6 +112,17 @@ agmm_status agmm_plan_ag_matmul(agmm_plan **out, agmm_ctx *ctx, const agmm_ag_ma
 agmm_status agmm_plan_all_reduce(agmm_plan **out, agmm_ctx *ctx, const agmm_all_reduce_desc *desc)
 {
     return plan_create(out, ctx, AGMM_OP_ALL_REDUCE, desc);
+}
+
+agmm_status agmm_plan_matmul_reduce_scatter(agmm_plan **out, agmm_ctx *ctx,
+                                            const agmm_matmul_reduce_scatter_desc *desc)
+{
+    return plan_create(out, ctx, AGMM_OP_MATMUL_REDUCE_SCATTER, desc);
+}
+
+agmm_status agmm_plan_matmul_all_reduce(agmm_plan **out, agmm_ctx *ctx, const agmm_matmul_all_reduce_desc *desc)
+{
+    return plan_create(out, ctx, AGMM_OP_MATMUL_ALL_REDUCE, desc);
 }
 
 void agmm_plan_destroy(agmm_plan *p)
@@ -194,4 +207,14 @@ agmm_status agmm_ag_matmul(agmm_plan *plan, const agmm_ag_matmul_io *io, void *s
 agmm_status agmm_all_reduce(agmm_plan *plan, const agmm_all_reduce_io *io, void *stream)
 {
     return plan_run(plan, AGMM_OP_ALL_REDUCE, io, stream);
+}
+
+agmm_status agmm_matmul_reduce_scatter(agmm_plan *plan, const agmm_matmul_reduce_scatter_io *io, void *stream)
+{
+    return plan_run(plan, AGMM_OP_MATMUL_REDUCE_SCATTER, io, stream);
+}
+
+agmm_status agmm_matmul_all_reduce(agmm_plan *plan, const agmm_matmul_all_reduce_io *io, void *stream)
+{
+    return plan_run(plan, AGMM_OP_MATMUL_ALL_REDUCE, io, stream);
 }

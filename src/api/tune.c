@@ -207,6 +207,8 @@ static double now_ms(void)
 static agmm_status fill(session *se, void *p, size_t bytes)
 {
     agmm_status st = AGMM_SUCCESS;
+    if (bytes == 0) /* an operation without a plan input (A_r in the io: the row-parallel matmuls) */
+        return st;
     if (!se->gpu) {
         memset(p, FILL_BYTE, bytes);
         return st;

@@ -30,6 +30,8 @@ const char *agmm_op_name(agmm_op op)
     switch (op) {
     case AGMM_OP_AG_MATMUL: return "ag_matmul";
     case AGMM_OP_ALL_REDUCE: return "all_reduce";
+    case AGMM_OP_MATMUL_REDUCE_SCATTER: return "matmul_reduce_scatter";
+    case AGMM_OP_MATMUL_ALL_REDUCE: return "matmul_all_reduce";
     case AGMM_OP_NONE: break;
     }
     return "?";

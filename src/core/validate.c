@@ -1,6 +1,8 @@
 /* Shape and argument validation (see validate.h). */
 #include "validate.h"
 
+#include <stdio.h>
+
 int64_t agmm_mul_checked(int64_t a, int64_t b)
 {
     if (a < 0 || b < 0)
@@ -75,4 +77,30 @@ agmm_status agmm_check_all_reduce(const agmm_all_reduce_desc *d, agmm_error *err
     if (d->dtype != AGMM_DTYPE_BF16 && d->dtype != AGMM_DTYPE_F32)
         return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "dtype=%d: must be AGMM_DTYPE_BF16 or AGMM_DTYPE_F32", (int)d->dtype);
     return agmm_check_reserved(d->reserved, sizeof d->reserved, "all_reduce desc", err);
+}
+
+agmm_status agmm_check_matmul_reduce(const char *op, int64_t m, int64_t n, int64_t k, agmm_layout b_layout,
+                                     const int64_t *reserved, size_t reserved_bytes, agmm_error *err)
+{
+    if (m < 1)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "%s: M=%lld: rows of A must be >= 1", op, (long long)m);
+    if (n < 1)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "%s: N=%lld: must be >= 1", op, (long long)n);
+    if (k < 1 || k % AGMM_MATMUL_REDUCE_ROW_MULTIPLE != 0)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
+                         "%s: K=%lld is not a positive multiple of %d: rows of A must be 16-byte aligned for TMA", op,
+                         (long long)k, AGMM_MATMUL_REDUCE_ROW_MULTIPLE);
+    if (b_layout != AGMM_LAYOUT_COL_MAJOR && b_layout != AGMM_LAYOUT_ROW_MAJOR)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
+                         "%s: b_layout=%d: must be AGMM_LAYOUT_COL_MAJOR or AGMM_LAYOUT_ROW_MAJOR", op, (int)b_layout);
+    if (n % AGMM_MATMUL_REDUCE_ROW_MULTIPLE != 0 && b_layout == AGMM_LAYOUT_ROW_MAJOR)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
+                         "%s: N=%lld is not a multiple of %d: rows of a row-major B must be 16-byte aligned", op,
+                         (long long)n, AGMM_MATMUL_REDUCE_ROW_MULTIPLE);
+    if (agmm_mul_checked(m, k) < 0 || agmm_mul_checked(m, n) < 0 || agmm_mul_checked(k, n) < 0)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "%s: shape M=%lld N=%lld K=%lld: a matrix would exceed 2^40 elements",
+                         op, (long long)m, (long long)n, (long long)k);
+    char what[64];
+    snprintf(what, sizeof what, "%s desc", op);
+    return agmm_check_reserved(reserved, reserved_bytes, what, err);
 }

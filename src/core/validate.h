@@ -21,6 +21,14 @@
 agmm_status agmm_check_ag_matmul(const agmm_ag_matmul_desc *d, int nranks, agmm_error *err);
 /* n >= 1 and within AGMM_MAX_ELEMS; dtype known; reserved tail zero. */
 agmm_status agmm_check_all_reduce(const agmm_all_reduce_desc *d, agmm_error *err);
+/* The row-parallel matmuls' limits, every backend's: K, and N with a row-major B, multiples of 8
+ * (16-byte bf16 rows, as ag_matmul's). */
+#define AGMM_MATMUL_REDUCE_ROW_MULTIPLE 8
+/* The row-parallel matmuls (one shape check for both; `op` names them in messages): m, n >= 1;
+ * k >= 1 and a multiple of AGMM_MATMUL_REDUCE_ROW_MULTIPLE, n too with a row-major B; m*k, m*n,
+ * k*n within AGMM_MAX_ELEMS; layout known; reserved tail zero. */
+agmm_status agmm_check_matmul_reduce(const char *op, int64_t m, int64_t n, int64_t k, agmm_layout b_layout,
+                                     const int64_t *reserved, size_t reserved_bytes, agmm_error *err);
 /* AGMM_ERR_INVALID_ARG naming `what` unless the `bytes` at p are all zero. */
 agmm_status agmm_check_reserved(const void *p, size_t bytes, const char *what, agmm_error *err);
 /* a * b if it stays within AGMM_MAX_ELEMS, else -1. Both >= 0. */

@@ -353,6 +353,23 @@ __global__ void __launch_bounds__(kThreads, 1) all_reduce_two_shot_kernel(const 
     }
 }
 
+/* out = the sum of the slots, vector by vector (agmm_sum_slots_launch): reduce_vec over slot
+ * pointers instead of peers' inputs, no barrier. */
+__global__ void __launch_bounds__(kThreads) sum_slots_kernel(const unsigned char *base, size_t stride, int nslots,
+                                                               int64_t n, void *out)
+{
+    using T = __nv_bfloat16;
+    __shared__ const unsigned char *s_in[AGMM_MAX_RANKS];
+    for (int p = threadIdx.x; p < nslots; p += kThreads)
+        s_in[p] = base + (size_t)p * stride;
+    __syncthreads();
+    const int64_t nvec = (n + lanes<T>::kVec - 1) / lanes<T>::kVec;
+    for (int64_t v = (int64_t)blockIdx.x * kThreads + threadIdx.x; v < nvec; v += (int64_t)gridDim.x * kThreads) {
+        const int elems = vec_elems<T>(v, n);
+        store_vec<T>(out, v, reduce_vec<T>(s_in, nslots, v, elems), elems, true);
+    }
+}
+
 } /* namespace */
 
 extern "C" cudaError_t agmm_all_reduce_one_shot_launch(const agmm_all_reduce_args *args, agmm_dtype dtype,
@@ -372,5 +389,13 @@ extern "C" cudaError_t agmm_all_reduce_two_shot_launch(const agmm_all_reduce_arg
         all_reduce_two_shot_kernel<float><<<args->grid, kThreads, 0, stream>>>(*args);
     else
         all_reduce_two_shot_kernel<__nv_bfloat16><<<args->grid, kThreads, 0, stream>>>(*args);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t agmm_sum_slots_launch(const void *base, size_t stride_bytes, int nslots, int64_t n, void *out,
+                                             int grid, cudaStream_t stream)
+{
+    sum_slots_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const unsigned char *>(base), stride_bytes, nslots, n,
+                                                    out);
     return cudaGetLastError();
 }

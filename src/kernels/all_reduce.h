@@ -71,7 +71,7 @@ typedef struct {
     void *const *pad;     /* device table: every rank's signal pad */
     void *out;            /* this rank's n-element output, element-aligned; may be in[rank] */
     void *scratch;        /* one_shot AGMM_AR_STAGE_SCRATCH: ceil(n/VEC) vectors of local memory */
-    int64_t n;            /* elements per rank, >= 1 */
+    int64_t n;            /* elements per rank, >= 0 */
     int rank, nranks;
     int grid;             /* blocks, >= 1; equal on every rank; pad holds grid * nranks slots */
     int stage;            /* agmm_ar_stage (one_shot only) */
@@ -82,13 +82,22 @@ typedef struct {
 /* Elements per 16-byte vector of dtype. */
 static inline int agmm_ar_vec_elems(agmm_dtype dtype) { return dtype == AGMM_DTYPE_F32 ? 4 : 8; }
 
-/* Enqueues one run on `stream`. Returns cudaGetLastError() after the launch. Every rank must
+/* Enqueues one run on `stream`. Returns cudaGetLastError() after the launch. n may be 0 on some
+ * ranks (a reduce-scatter block of no rows: the rank only meets its peers). Every rank must
  * launch the same kernel with the same n and grid, as many times, and in an emulated world on
  * streams that may run concurrently (never the legacy default stream). */
 cudaError_t agmm_all_reduce_one_shot_launch(const agmm_all_reduce_args *args, agmm_dtype dtype,
                                             cudaStream_t stream);
 cudaError_t agmm_all_reduce_two_shot_launch(const agmm_all_reduce_args *args, agmm_dtype dtype,
                                             cudaStream_t stream);
+
+/* The local sum of a reduce-scatter's slots (matmul_reduce_scatter `ce`): out[i] = the sum over
+ * p = 0..nslots-1 of element i of slot p, bf16 slots at base + p * stride_bytes (local memory,
+ * 16-byte aligned), i < n (n >= 0), in fp32 in slot order and rounded once: the sum of
+ * all_reduce's kernels, without their barriers (the caller has ordered every slot's writes before
+ * this launch). out is 16-byte aligned. grid blocks of AGMM_AR_THREADS, any grid >= 1. */
+cudaError_t agmm_sum_slots_launch(const void *base, size_t stride_bytes, int nslots, int64_t n, void *out, int grid,
+                                  cudaStream_t stream);
 
 #ifdef __cplusplus
 }

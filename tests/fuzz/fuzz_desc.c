@@ -1,5 +1,5 @@
 /* libFuzzer target: the library's checks of what callers pass in, without a GPU: operation
- * descriptors (agmm_ext_check_ag_matmul / _all_reduce, backend names included), world configs
+ * descriptors (agmm_ext_check_ag_matmul / _all_reduce with backend names, _matmul_reduce), world configs
  * (agmm_world_create: the CPU world, or a refusal), fault specs (AGMM_FAULT's grammar) and the
  * message formatter that must never cut silently. The first byte picks which; the rest fills the
  * struct's bytes, then a string. Built and run by tests/fuzz/run.sh. */
@@ -42,7 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     reader r = {data + 1, size - 1};
     char why[AGMM_ERROR_LEN];
-    switch (data[0] % 5) {
+    switch (data[0] % 6) {
     case 0: { /* ag_matmul descriptor for a world of nranks */
         int32_t nranks;
         take(&r, &nranks, sizeof nranks);
@@ -82,6 +82,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if ((st == AGMM_SUCCESS) != (err.msg[0] == '\0') || (st != AGMM_SUCCESS && f.action != AGMM_FAULT_NONE))
             abort();
         free(spec);
+        break;
+    }
+    case 5: { /* a row-parallel matmul's shape (the next byte picks the operation) */
+        uint8_t which;
+        take(&r, &which, 1);
+        agmm_matmul_reduce_scatter_desc d;
+        take(&r, &d, sizeof d);
+        agmm_op op = which & 1 ? AGMM_OP_MATMUL_ALL_REDUCE : AGMM_OP_MATMUL_REDUCE_SCATTER;
+        agmm_ext_check_matmul_reduce(op, d.m, d.n, d.k, d.b_layout, why, sizeof why);
         break;
     }
     default: { /* the formatter: any text into any buffer ends inside it, marked where cut */

@@ -37,6 +37,11 @@ void test_pull_timeout_gpu(void);
 void test_pull_graph_slots_gpu(void);
 /* test_auto.c: auto measures, agrees across ranks, caches; AGMM_TUNE=0 takes the static rule. */
 void test_auto_gpu(void);
+/* test_matmul_reduce.c: matmul_reduce_scatter and matmul_all_reduce, every backend, W = 1 and
+ * emulated W = 2, 3, 4, 8 on odd shapes; a GPU world of every visible GPU; a rank that never runs. */
+void test_matmul_reduce_gpu(void);
+void test_matmul_reduce_gpu_world(void);
+void test_matmul_reduce_timeout(void);
 /* Timing at W = 1 of ce against nccl on the seed shapes; runs only with AGMM_GPUTEST_PERF=1. */
 void test_ag_matmul_perf_w1(void);
 

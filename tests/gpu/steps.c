@@ -4,7 +4,10 @@
  *
  * Inputs are small integers (A and B in {-1, 0, 1}, all-reduce elements in -4..4), so every result
  * is exact in bf16 and fp32 and is compared bit for bit: C with the integer product, the gathered
- * A with every rank's shard, a sum with the integer sum. Every rank derives every rank's inputs
+ * A with every rank's shard, a sum with the integer sum, a row-parallel matmul's rows with the
+ * integer sum of the ranks' products rounded once to bf16 (each partial, |.| <= K, is exact). The
+ * row-parallel matmuls have no plan input: "staged" steps read A_r from their own device buffer,
+ * "symmetric" ones from a slot of the symmetric buffer (any memory will do for io.a). Every rank derives every rank's inputs
  * from the same seed, so each checks its own outputs alone. Outputs are poisoned (0xff bytes: NaN
  * in bf16 and fp32) before every step's inputs are uploaded. */
 #include <stdio.h>
@@ -44,9 +47,27 @@ static void to_dtype(const int8_t *x, size_t count, agmm_dtype dt, void *out)
     }
 }
 
+/* matmul_reduce_scatter or matmul_all_reduce: A_r and B_r per rank, no plan input. */
+static int row_parallel(const step_case *sc)
+{
+    return sc->op == AGMM_OP_MATMUL_REDUCE_SCATTER || sc->op == AGMM_OP_MATMUL_ALL_REDUCE;
+}
+
+/* The rows of S a rank's output holds: its block (reduce-scatter) or all (all-reduce). */
+static int64_t out_rows(const step_case *sc, int rank, int nranks, int64_t *row0)
+{
+    *row0 = 0;
+    if (sc->op == AGMM_OP_MATMUL_REDUCE_SCATTER)
+        return agmm_matmul_reduce_scatter_rows(sc->m, nranks, rank, row0);
+    return sc->m;
+}
+
 const char *step_case_name(const step_case *sc, char *buf, size_t len)
 {
-    if (sc->op == AGMM_OP_AG_MATMUL)
+    if (row_parallel(sc))
+        snprintf(buf, len, "%s/%s M=%lld N=%lld K=%lld", agmm_op_name(sc->op), sc->backend, (long long)sc->m,
+                 (long long)sc->n, (long long)sc->k);
+    else if (sc->op == AGMM_OP_AG_MATMUL)
         snprintf(buf, len, "ag_matmul/%s M=%lld N=%lld K=%lld splits=%d", sc->backend, (long long)sc->m,
                  (long long)sc->n, (long long)sc->k, sc->splits);
     else
@@ -75,6 +96,18 @@ int step_rank_init(step_rank *sr, agmm_ctx *ctx, const step_case *sc, int slots,
         sr->b_bytes = (size_t)(sc->k * sc->n) * 2;
         sr->ag_bytes = (size_t)W * sr->in_bytes;
         sr->out_bytes = (size_t)((int64_t)W * sc->m * sc->n) * 2;
+    } else if (row_parallel(sc)) {
+        int64_t row0;
+        if (sc->op == AGMM_OP_MATMUL_REDUCE_SCATTER) {
+            agmm_matmul_reduce_scatter_desc d = {.m = sc->m, .n = sc->n, .k = sc->k, .backend = sc->backend};
+            st = agmm_plan_matmul_reduce_scatter(&sr->plan, ctx, &d);
+        } else {
+            agmm_matmul_all_reduce_desc d = {.m = sc->m, .n = sc->n, .k = sc->k, .backend = sc->backend};
+            st = agmm_plan_matmul_all_reduce(&sr->plan, ctx, &d);
+        }
+        sr->in_bytes = (size_t)(sc->m * sc->k) * 2;
+        sr->b_bytes = (size_t)(sc->k * sc->n) * 2;
+        sr->out_bytes = (size_t)(out_rows(sc, rank, W, &row0) * sc->n) * 2;
     } else {
         agmm_all_reduce_desc d = {.n = sc->count, .dtype = sc->dtype, .backend = sc->backend};
         st = agmm_plan_all_reduce(&sr->plan, ctx, &d);
@@ -91,12 +124,13 @@ int step_rank_init(step_rank *sr, agmm_ctx *ctx, const step_case *sc, int slots,
     size_t n_in = (size_t)slots * sr->in_stride, n_b = (size_t)slots * round_up(sr->b_bytes);
     size_t n_ag = (size_t)slots * round_up(sr->ag_bytes), n_out = (size_t)slots * round_up(sr->out_bytes);
     size_t elems = sc->op == AGMM_OP_AG_MATMUL ? (size_t)(W * sc->m * sc->k) + (size_t)(sc->k * sc->n)
+                   : row_parallel(sc)          ? (size_t)W * (size_t)(sc->m * sc->k + sc->k * sc->n)
                                                : (size_t)W * (size_t)sc->count;
     sr->ref = malloc(elems);
     if (sr->ref == NULL || cudaMalloc((void **)&sr->d_stage, n_in) != cudaSuccess ||
         (n_b && cudaMalloc((void **)&sr->d_b, n_b) != cudaSuccess) ||
         (n_ag && cudaMalloc((void **)&sr->d_ag, n_ag) != cudaSuccess) ||
-        cudaMalloc((void **)&sr->d_out, n_out) != cudaSuccess ||
+        cudaMalloc((void **)&sr->d_out, n_out + ALIGN) != cudaSuccess ||
         cudaMallocHost((void **)&sr->h_in, n_in) != cudaSuccess ||
         (n_b && cudaMallocHost((void **)&sr->h_b, n_b) != cudaSuccess) ||
         (n_ag && cudaMallocHost((void **)&sr->h_ag, n_ag) != cudaSuccess) ||
@@ -141,7 +175,9 @@ void step_rank_end(step_rank *sr, cudaStream_t s, const cudaGraphExec_t *execs, 
 /* Where step `slot` reads its input, and where it leaves its output. */
 static char *step_input_ptr(const step_rank *sr, int slot)
 {
-    return sr->input == STEP_STAGED ? agmm_plan_input(sr->plan) : (char *)sr->sym + (size_t)slot * sr->in_stride;
+    if (sr->input == STEP_STAGED)
+        return row_parallel(sr->sc) ? sr->d_stage + (size_t)slot * sr->in_stride : agmm_plan_input(sr->plan);
+    return (char *)sr->sym + (size_t)slot * sr->in_stride;
 }
 
 static char *step_output_ptr(const step_rank *sr, int slot)
@@ -156,7 +192,7 @@ int step_fill(step_rank *sr, uint64_t seed, cudaStream_t s)
     const step_case *sc = sr->sc;
     sr->seed = seed;
     for (int j = 0; j < sr->slots; j++) {
-        if (sc->op == AGMM_OP_AG_MATMUL) {
+        if (sc->op == AGMM_OP_AG_MATMUL || row_parallel(sc)) {
             size_t na = (size_t)(sc->m * sc->k), nb = (size_t)(sc->k * sc->n);
             gen_small(sr->ref, na, input_state(seed, j, sr->rank, 'A'), 1);
             to_dtype(sr->ref, na, AGMM_DTYPE_BF16, sr->h_in + (size_t)j * sr->in_stride);
@@ -187,11 +223,19 @@ agmm_status step_enqueue(step_rank *sr, int slot, cudaStream_t s)
     const void *io_input = sr->input == STEP_SYMMETRIC ? in : NULL;
     /* Staged: this step's input goes into the plan's buffer on the step's stream, right after the
      * previous step has passed on it (agmm.h: no peer reads it any more). */
-    if (sr->input == STEP_STAGED && cudaMemcpyAsync(in, sr->d_stage + (size_t)slot * sr->in_stride, sr->in_bytes,
-                                                    cudaMemcpyDeviceToDevice, s) != cudaSuccess)
+    if (sr->input == STEP_STAGED && !row_parallel(sc) &&
+        cudaMemcpyAsync(in, sr->d_stage + (size_t)slot * sr->in_stride, sr->in_bytes, cudaMemcpyDeviceToDevice, s) !=
+            cudaSuccess)
         return gpu_rank_fail(sr->res, sr->rank, "step %d: input copy failed", slot), AGMM_ERR_CUDA;
     agmm_status st;
-    if (sc->op == AGMM_OP_AG_MATMUL) {
+    const void *b = sr->d_b + (size_t)slot * round_up(sr->b_bytes);
+    if (sc->op == AGMM_OP_MATMUL_REDUCE_SCATTER) {
+        agmm_matmul_reduce_scatter_io io = {.a = in, .b = b, .out = sr->out_bytes ? out : NULL};
+        st = agmm_matmul_reduce_scatter(sr->plan, &io, s);
+    } else if (sc->op == AGMM_OP_MATMUL_ALL_REDUCE) {
+        agmm_matmul_all_reduce_io io = {.a = in, .b = b, .c = out};
+        st = agmm_matmul_all_reduce(sr->plan, &io, s);
+    } else if (sc->op == AGMM_OP_AG_MATMUL) {
         agmm_ag_matmul_io io = {.b = sr->d_b + (size_t)slot * round_up(sr->b_bytes),
                                 .a_gathered = sr->d_ag + (size_t)slot * round_up(sr->ag_bytes),
                                 .c = out,
@@ -282,6 +326,34 @@ static int check_ag_matmul(step_rank *sr, int slot, const char *what)
     return 1;
 }
 
+/* A row-parallel matmul: this rank's rows of sum_p A_p * B_p (B column-major), exact integers
+ * rounded once to bf16. */
+static int check_row_parallel(step_rank *sr, int slot, const char *what)
+{
+    const step_case *sc = sr->sc;
+    const int W = sr->nranks;
+    const int64_t na = sc->m * sc->k, nb = sc->k * sc->n;
+    int8_t *a = sr->ref, *b = sr->ref + W * na;
+    const uint16_t *got = (const uint16_t *)(sr->h_out + (size_t)slot * round_up(sr->out_bytes));
+    for (int p = 0; p < W; p++) {
+        gen_small(a + p * na, (size_t)na, input_state(sr->seed, slot, p, 'A'), 1);
+        gen_small(b + p * nb, (size_t)nb, input_state(sr->seed, slot, p, 'B'), 1);
+    }
+    int64_t row0, rows = out_rows(sc, sr->rank, W, &row0);
+    for (int64_t i = row0; i < row0 + rows; i++)
+        for (int64_t j = 0; j < sc->n; j++) {
+            int acc = 0;
+            for (int p = 0; p < W; p++)
+                for (int64_t kk = 0; kk < sc->k; kk++)
+                    acc += a[p * na + i * sc->k + kk] * b[p * nb + j * sc->k + kk];
+            const uint16_t want = agmm_f32_to_bf16((float)acc), g = got[(i - row0) * sc->n + j];
+            if (g != want)
+                return gpu_rank_fail(sr->res, sr->rank, "%s: S[%lld][%lld] = %g, want %g", what, (long long)i,
+                                     (long long)j, agmm_bf16_to_f32(g), agmm_bf16_to_f32(want));
+        }
+    return 1;
+}
+
 static int check_all_reduce(step_rank *sr, int slot, const char *what)
 {
     const step_case *sc = sr->sc;
@@ -304,6 +376,8 @@ static int check_all_reduce(step_rank *sr, int slot, const char *what)
 
 int step_check(step_rank *sr, int slot, const char *what)
 {
+    if (row_parallel(sr->sc))
+        return check_row_parallel(sr, slot, what);
     return sr->sc->op == AGMM_OP_AG_MATMUL ? check_ag_matmul(sr, slot, what) : check_all_reduce(sr, slot, what);
 }
 

@@ -41,15 +41,18 @@ static const step_case step_shapes[] = {
     {AGMM_OP_ALL_REDUCE, NULL, 0, 0, 0, 0, 8193, AGMM_DTYPE_BF16, 0},
     {AGMM_OP_ALL_REDUCE, NULL, 0, 0, 0, 0, 4093, AGMM_DTYPE_F32, 0},
     {AGMM_OP_ALL_REDUCE, NULL, 0, 0, 0, 0, 4093, AGMM_DTYPE_F32, 1},
+    {AGMM_OP_MATMUL_REDUCE_SCATTER, NULL, 37, 72, 64, 0, 0, AGMM_DTYPE_BF16, 0},
+    {AGMM_OP_MATMUL_ALL_REDUCE, NULL, 5, 40, 64, 0, 0, AGMM_DTYPE_BF16, 0},
 };
 #define NUM_SHAPES ((int)(sizeof step_shapes / sizeof step_shapes[0]))
 #define MAX_OP_BACKENDS 16
 
 int gpu_step_cases(const agmm_world *w, int spread, step_case *out, int max)
 {
-    const agmm_op ops[2] = {AGMM_OP_AG_MATMUL, AGMM_OP_ALL_REDUCE};
+    const agmm_op ops[4] = {AGMM_OP_AG_MATMUL, AGMM_OP_ALL_REDUCE, AGMM_OP_MATMUL_REDUCE_SCATTER,
+                            AGMM_OP_MATMUL_ALL_REDUCE};
     int n = 0, dropped = 0;
-    for (int o = 0; o < 2; o++) {
+    for (int o = 0; o < 4; o++) {
         const char *backends[MAX_OP_BACKENDS];
         int nb = 0, nshapes = 0;
         for (int i = 0; agmm_backend_name(ops[o], i) != NULL; i++)

@@ -59,16 +59,30 @@ static int one_cycle(agmm_ctx *ctx, gleak_job *job, int kind, const gleak_bufs *
         agmm_ag_matmul_desc d = {.m = GL_M, .n = GL_N, .k = GL_K, .backend = job->backend[kind]};
         st = agmm_plan_ag_matmul(&plan, ctx, &d);
         in_bytes = (size_t)GL_M * GL_K * 2;
+    } else if (job->op[kind] == AGMM_OP_MATMUL_REDUCE_SCATTER) {
+        agmm_matmul_reduce_scatter_desc d = {.m = GL_M, .n = GL_N, .k = GL_K, .backend = job->backend[kind]};
+        st = agmm_plan_matmul_reduce_scatter(&plan, ctx, &d);
+        in_bytes = 0; /* A_r comes in the io */
+    } else if (job->op[kind] == AGMM_OP_MATMUL_ALL_REDUCE) {
+        agmm_matmul_all_reduce_desc d = {.m = GL_M, .n = GL_N, .k = GL_K, .backend = job->backend[kind]};
+        st = agmm_plan_matmul_all_reduce(&plan, ctx, &d);
+        in_bytes = 0;
     } else {
         agmm_all_reduce_desc d = {.n = GL_AR_N, .dtype = AGMM_DTYPE_F32, .backend = job->backend[kind]};
         st = agmm_plan_all_reduce(&plan, ctx, &d);
         in_bytes = (size_t)GL_AR_N * 4;
     }
-    if (st == AGMM_SUCCESS && cudaMemsetAsync(agmm_plan_input(plan), 0, in_bytes, bf->s) != cudaSuccess)
+    if (st == AGMM_SUCCESS && in_bytes && cudaMemsetAsync(agmm_plan_input(plan), 0, in_bytes, bf->s) != cudaSuccess)
         st = AGMM_ERR_CUDA;
     if (st == AGMM_SUCCESS && job->op[kind] == AGMM_OP_AG_MATMUL) {
         agmm_ag_matmul_io io = {.b = bf->b, .a_gathered = bf->out, .c = bf->c};
         st = agmm_ag_matmul(plan, &io, bf->s);
+    } else if (st == AGMM_SUCCESS && job->op[kind] == AGMM_OP_MATMUL_REDUCE_SCATTER) {
+        agmm_matmul_reduce_scatter_io io = {.a = bf->out, .b = bf->b, .out = bf->c};
+        st = agmm_matmul_reduce_scatter(plan, &io, bf->s);
+    } else if (st == AGMM_SUCCESS && job->op[kind] == AGMM_OP_MATMUL_ALL_REDUCE) {
+        agmm_matmul_all_reduce_io io = {.a = bf->out, .b = bf->b, .c = bf->c};
+        st = agmm_matmul_all_reduce(plan, &io, bf->s);
     } else if (st == AGMM_SUCCESS) {
         agmm_all_reduce_io io = {.out = bf->out};
         st = agmm_all_reduce(plan, &io, bf->s);
@@ -158,8 +172,9 @@ static agmm_status world_cycle_rank(agmm_ctx *ctx, void *arg)
 /* The backends of both operations that `world` runs. */
 static void list_kinds(gleak_job *job, const agmm_world *world)
 {
-    static const agmm_op ops[] = {AGMM_OP_AG_MATMUL, AGMM_OP_ALL_REDUCE};
-    for (int o = 0; o < 2; o++)
+    static const agmm_op ops[] = {AGMM_OP_AG_MATMUL, AGMM_OP_ALL_REDUCE, AGMM_OP_MATMUL_REDUCE_SCATTER,
+                                  AGMM_OP_MATMUL_ALL_REDUCE};
+    for (int o = 0; o < 4; o++)
         for (int i = 0; agmm_backend_name(ops[o], i) && job->nkinds < GL_MAX_KINDS; i++)
             if (agmm_backend_available(world, ops[o], agmm_backend_name(ops[o], i), NULL, 0)) {
                 job->op[job->nkinds] = ops[o];
