@@ -38,11 +38,13 @@ LDLIBS  += -L$(NCCL_HOME)/lib -L$(CUDA_HOME)/lib64 -lcudart_static -lcublasLt -l
            -ldl -lrt -lstdc++
 endif
 
-# Sources by layer (docs/architecture.md), lowest first. Every C file builds everywhere: its GPU
-# parts are under #ifdef AGMM_HAVE_CUDA. CUDA files (.cu) build only with CUDA.
-LAYERS  := core cpu kernels world symm backends api
-LIB_C   := $(foreach l,$(LAYERS),$(wildcard src/$(l)/*.c))
-LIB_CU  := $(if $(filter 1,$(CUDA)),$(foreach l,$(LAYERS),$(wildcard src/$(l)/*.cu)))
+# Sources by layer (docs/architecture.md), lowest first; kernels/gemm is the GEMM engine, part of
+# the kernels layer (its kernel instantiations are several .cu files, so `make -j` builds them in
+# parallel). Every C file builds everywhere: its GPU parts are under #ifdef AGMM_HAVE_CUDA. CUDA
+# files (.cu) build only with CUDA.
+SRC_DIRS := core cpu kernels kernels/gemm world symm backends api
+LIB_C   := $(foreach l,$(SRC_DIRS),$(wildcard src/$(l)/*.c))
+LIB_CU  := $(if $(filter 1,$(CUDA)),$(foreach l,$(SRC_DIRS),$(wildcard src/$(l)/*.cu)))
 LIB_OBJ := $(LIB_C:%.c=$(BUILD)/%.o) $(LIB_CU:%.cu=$(BUILD)/%.o)
 
 TEST_C     := $(filter-out tests/test_process.c,$(wildcard tests/test_*.c)) tests/fault_scenario.c tests/harness.c

@@ -34,6 +34,7 @@
 #include <stdint.h>
 
 #include "all_reduce.h"
+#include "bounded_wait.cuh"
 #include "dev_error.h"
 
 namespace {
@@ -171,12 +172,6 @@ __device__ __forceinline__ void store_vec(void *dst, int64_t v, uint4 val, int e
             lanes<T>::store_lane(dst, v * kVec + e, val, e);
 }
 
-__device__ __forceinline__ uint32_t ld_relaxed_sys(const uint32_t *p)
-{
-    uint32_t v;
-    asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
 
 /* This run's epoch for this block (all_reduce.h: from the block's own arrival slot, where the
  * previous run left 2(e-1), or 2(e-1)-1 if its first barrier expired). Read before the first
@@ -185,7 +180,7 @@ __device__ __forceinline__ uint32_t ld_relaxed_sys(const uint32_t *p)
 __device__ __forceinline__ uint32_t run_epoch(const agmm_all_reduce_args &a)
 {
     const uint32_t *own = static_cast<const uint32_t *>(a.pad[a.rank]) + (size_t)blockIdx.x * a.nranks + a.rank;
-    return (ld_relaxed_sys(own) + 1u) / 2u + 1u;
+    return (agmm_ld_relaxed_sys(own) + 1u) / 2u + 1u;
 }
 
 /* Barrier of block b with block b of every rank, at count `value` (2e-1 or 2e of run `epoch`).
@@ -207,32 +202,14 @@ __device__ __forceinline__ bool block_barrier(const agmm_all_reduce_args &a, uin
         const size_t slot = (size_t)blockIdx.x * (size_t)a.nranks;
         agmm_st_release_sys(static_cast<uint32_t *>(a.pad[p]) + slot + a.rank, value);
         const uint32_t *mine = static_cast<const uint32_t *>(a.pad[a.rank]) + slot + p;
-        uint32_t seen = ld_relaxed_sys(mine);
-        if ((int32_t)(seen - value) < 0) {
-            const uint64_t deadline = agmm_globaltimer_ns() + a.timeout_ns;
-            for (uint32_t spins = 1;; spins++) {
-                seen = ld_relaxed_sys(mine);
-                if ((int32_t)(seen - value) >= 0)
-                    break;
-                if ((spins & 63u) != 0)
-                    continue;
-                /* A wait of this rank already expired (this run or an earlier one still queued
-                 * behind it): the ranks are out of step and the host reports that record, so give
-                 * up now instead of waiting out another full timeout per queued run. */
-                if (*(volatile const uint32_t *)&a.err->code != AGMM_DEV_OK) {
-                    late = 1;
-                    break;
-                }
-                if (agmm_globaltimer_ns() > deadline) {
-                    agmm_dev_error_record(a.err, a.rank, p, AGMM_WAIT_ALL_REDUCE, -1, epoch, seen);
-                    late = 1;
-                    break;
-                }
-            }
-        }
-        /* The acquire: the value only grows, so this load sees >= value again (unless late). */
-        if (!late)
-            (void)agmm_ld_acquire_sys(mine);
+        /* Relaxed polls, then one acquire (bounded_wait.cuh). A wait of this rank that already
+         * expired (this run or an earlier one still queued behind it) makes it give up at once:
+         * the ranks are out of step and the host reports that record. */
+        uint32_t seen;
+        const int r = agmm_spin_until<0, 64, 1>(mine, value, a.timeout_ns, a.err, &seen);
+        if (r == AGMM_SPIN_EXPIRED)
+            agmm_dev_error_record(a.err, a.rank, p, AGMM_WAIT_ALL_REDUCE, -1, epoch, seen);
+        late = r != AGMM_SPIN_MET;
     }
     return __syncthreads_or(late) == 0;
 }
