@@ -1,5 +1,5 @@
-/* The GEMM kernel lab: the engine (src/kernels/gemm_engine.h) against the fastest cuBLASLt we can
- * get, on the same inputs, in one run.
+/* The GEMM kernel lab: the engine (src/kernels/gemm/gemm_engine.h) against the fastest cuBLASLt we
+ * can get, on the same inputs, in one run.
  *
  * The yardstick: cuBLASLt's heuristic is asked for up to 16 algorithms (64 MiB workspace: at
  * least PyTorch's on Hopper, whose cuBLAS workspace is 32 MiB on sm_90 and whose cuBLASLt
@@ -32,7 +32,7 @@
 #include <string.h>
 
 #include "core/numeric.h"
-#include "kernels/gemm_engine.h"
+#include "kernels/gemm/gemm_engine.h"
 
 #define CHECK_CUDA(x)                                                                             \
     do {                                                                                          \
@@ -266,8 +266,9 @@ static void time_variant(lab *L, const options *o, const lt_set *P, variant *v, 
         CHECK_CUDA(cudaMemsetAsync(L->flush, rep & 0xff, L->flush_bytes, 0));
     CHECK_CUDA(cudaEventRecord(L->e0, 0));
     if (v->plan) {
-        if (agmm_gemm_run(v->plan, 0, 0) != AGMM_SUCCESS) {
-            fprintf(stderr, "engine run failed\n");
+        agmm_error err = {};
+        if (agmm_gemm_run(v->plan, 0, 0, &err) != AGMM_SUCCESS) {
+            fprintf(stderr, "engine run failed: %s\n", err.msg);
             exit(1);
         }
     } else {
@@ -308,18 +309,18 @@ static int run_shape(lab *L, const options *o, FILE *csv, const shape *s)
         d.nranks = 1;
         d.splits = 1;
         d.config = o->configs[i];
-        char err[256];
+        agmm_error err = {};
         variant *x = &v[nv];
-        if (agmm_gemm_plan_create(&x->plan, &d, err, sizeof err) != AGMM_SUCCESS) {
+        if (agmm_gemm_plan_create(&x->plan, &d, &err) != AGMM_SUCCESS) {
             fprintf(stderr, "plan %s %lldx%lldx%lld config %d: %s\n", s->label, (long long)rows, (long long)n,
-                    (long long)k, d.config, err);
+                    (long long)k, d.config, err.msg);
             fails++;
             continue;
         }
         x->config = d.config;
         poison(L->d_c, c_elems);
-        if (agmm_gemm_run(x->plan, 0, 0) != AGMM_SUCCESS) {
-            fprintf(stderr, "engine run failed\n");
+        if (agmm_gemm_run(x->plan, 0, 0, &err) != AGMM_SUCCESS) {
+            fprintf(stderr, "engine run failed: %s\n", err.msg);
             exit(1);
         }
         x->rel = compare(L, L->d_c, L->d_ref, c_elems, &x->nans);

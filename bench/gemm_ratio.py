@@ -8,7 +8,7 @@ shape, what a perfect policy over these configs would get), then the per-shape t
 policy (or --config N).
 
     python3 bench/gemm_ratio.py lab.csv [torch.csv] [--config N] [--per-shape]
-    python3 bench/gemm_ratio.py lab.csv --policy-table   # measured rows for src/kernels/gemm_configs.h
+    python3 bench/gemm_ratio.py lab.csv --policy-table   # measured rows for src/kernels/gemm/gemm_configs.h
 """
 import argparse
 import collections

@@ -10,6 +10,12 @@
 void test_schedule_edges(void);
 void test_schedule_random(void);
 
+/* test_gemm_policy.c: the GEMM engine's config policy (plain C, no GPU). */
+void test_gemm_policy_table(void);
+void test_gemm_policy_measured(void);
+void test_gemm_policy_model(void);
+void test_gemm_policy_split_tail(void);
+
 /* test_validate.c: argument checks and their messages. */
 void test_validate_ag_matmul(void);
 void test_validate_all_reduce(void);

@@ -6,6 +6,10 @@
 static const agmm_test_case cases[] = {
     {"schedule/edges", test_schedule_edges},
     {"schedule/random", test_schedule_random},
+    {"gemm/policy_table", test_gemm_policy_table},
+    {"gemm/policy_measured", test_gemm_policy_measured},
+    {"gemm/policy_model", test_gemm_policy_model},
+    {"gemm/policy_split_tail", test_gemm_policy_split_tail},
     {"validate/ag_matmul", test_validate_ag_matmul},
     {"validate/all_reduce", test_validate_all_reduce},
     {"validate/plan_api", test_validate_plan_api},

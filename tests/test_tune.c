@@ -452,7 +452,7 @@ static agmm_status op_types_rank(agmm_ctx *ctx, void *arg)
                  strstr(key, "device=Some_GPU world=cpu W=2 ") != NULL;
         j->failed = !ok;
         j->checked++;
-        snprintf(j->msg, sizeof j->msg, "%s: key \"%s\", %d scratch buffers (%zu %zu %zu bytes)",
+        snprintf(j->msg, sizeof j->msg, "%s: key \"%.400s\", %d scratch buffers (%zu %zu %zu bytes)",
                  agmm_op_name((agmm_op)op), key, nbuf, bytes[0], bytes[1], bytes[2]);
     }
     return AGMM_SUCCESS;

@@ -2,11 +2,12 @@
 prototypes, and the exceptions a status becomes.
 
 Which library: AGMM_LIBRARY when it is set (and nothing else: a wrong path is an error, not a
-fallback); else the one recorded when the package was installed (`pip install ./python` records the
-repository's build/libagmm.so); else, when running from the source tree, ../build/libagmm.so next
-to python/; else the system's libagmm.so.0.<minor> (`make install`). Loading is lazy, at the first
-call that needs the library, so that `import agmm.torch` has loaded torch (and its NCCL) before
-libagmm.so asks the dynamic loader for libnccl.so.2.
+fallback); else the one inside this package (`pip install ./python` builds it, or copies the one
+AGMM_LIBRARY named at install time, into agmm/lib/); else, when running from the source tree,
+../build/libagmm.so next to python/; else the system's libagmm.so.0.<minor> (`make install`).
+Before a CUDA build is loaded, _deps finds its NCCL and cuBLASLt the way PyTorch finds its own.
+Loading is lazy, at the first call that needs the library, so that `import agmm.torch` has loaded
+torch (and its NCCL) before libagmm.so asks the dynamic loader for libnccl.so.2.
 """
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import ctypes.util
 import os
 import re
 import threading
+
+from . import _deps
 
 # The header this binding mirrors: include/agmm.h, AGMM_VERSION_MAJOR/MINOR. A library of another
 # major.minor may lay its structs out differently, so it is refused.
@@ -231,12 +234,12 @@ def _candidates():
     if env:
         return [(env, "AGMM_LIBRARY")]
     out = []
+    here = os.path.dirname(os.path.abspath(__file__))
     try:
         from . import _build_info
-        out.append((_build_info.LIBRARY, "recorded when this package was installed"))
+        out.append((os.path.join(here, _build_info.LIBRARY), f"inside this package ({_build_info.ORIGIN})"))
     except ImportError:
         pass
-    here = os.path.dirname(os.path.abspath(__file__))
     source_tree = os.path.normpath(os.path.join(here, "..", "..", "build", "libagmm.so"))
     if os.path.exists(os.path.join(here, "..", "pyproject.toml")):
         out.append((source_tree, "the repository's build/ next to this source tree"))
@@ -246,6 +249,7 @@ def _candidates():
 
 
 def _open(path):
+    _deps.prepare(path)
     lib = ctypes.CDLL(path)
     for name, (restype, argtypes) in _PROTOTYPES.items():
         fn = getattr(lib, name)     # AttributeError: a library without this call
@@ -274,8 +278,9 @@ def lib():
                     tried.append(f"  {path} ({why}): {e}")
             else:
                 raise LibraryError("agmm: could not load libagmm.so; tried:\n" + "\n".join(tried) +
-                                   "\nBuild it with `make` in the repository (then `pip install ./python` records "
-                                   "its path), or set AGMM_LIBRARY=/path/to/libagmm.so")
+                                   "\nInstall the package with `pip install ./python` from the repository (it builds "
+                                   "the library into the package), or build it with `make` and set "
+                                   "AGMM_LIBRARY=/path/to/libagmm.so")
     return _loaded[0]
 
 

@@ -9,7 +9,7 @@
 #include "../cpu/cpu.h"
 #ifdef AGMM_HAVE_CUDA
 #include "../backends/gemm_lt.h"
-#include "../kernels/gemm_engine.h"
+#include "../kernels/gemm/gemm_engine.h"
 #include "../world/gpu_check.h"
 #include "../world/rank_gpu.h"
 #endif
@@ -69,7 +69,9 @@ agmm_status agmm_ext_gemm_create(agmm_ext_gemm **out, agmm_ctx *ctx, agmm_ext_ge
     } else {
         agmm_gemm_desc d = {.a = a, .b = b, .c = c, .b_layout = layout, .m = rows, .n = n, .k = k, .nranks = 1,
                             .rank = 0, .splits = 1, .config = -1};
-        st = agmm_gemm_plan_create(&g->engine, &d, why, why_len);
+        st = agmm_gemm_plan_create(&g->engine, &d, &g->err);
+        if (st != AGMM_SUCCESS)
+            set_why(why, why_len, g->err.msg);
     }
 #endif
     if (st != AGMM_SUCCESS) {
@@ -90,7 +92,7 @@ agmm_status agmm_ext_gemm_run(agmm_ext_gemm *g, void *stream)
 #ifdef AGMM_HAVE_CUDA
     if (g->lt)
         return agmm_gemm_lt_run(g->lt, g->a, g->b, g->c, g->workspace, (cudaStream_t)stream, &g->err);
-    return agmm_gemm_run(g->engine, 0, (cudaStream_t)stream);
+    return agmm_gemm_run(g->engine, 0, (cudaStream_t)stream, &g->err);
 #else
     return AGMM_ERR_UNSUPPORTED;
 #endif

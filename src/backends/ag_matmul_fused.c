@@ -4,8 +4,9 @@
  * of the local shard read A straight from the shard, with no wait and no copy first (kraken's
  * trick, for any M).
  *
- * GPU: the GEMM is the persistent engine of src/kernels/gemm_engine.cu, launched on S as the
- * skeleton's start hook; its producer waits (acquire, bounded) until flags[chunk] >= 1. The
+ * GPU: the GEMM is the persistent engine of src/kernels/gemm/ (its chunk-flag A source), launched
+ * on S as the skeleton's start hook; its producer waits (acquire, bounded by the world's timeout)
+ * until flags[chunk] >= 1. The
  * landed hook raises the chunk's flag to 1 on the copy stream C with cuStreamWriteValue32, whose
  * default memory barrier orders the copied bytes before the flag (a one-thread release kernel
  * where the driver lacks stream memory operations).
@@ -156,7 +157,7 @@ static const agmm_backend_impl fused_cpu_impl = {
 
 /* ---- GPUs ---- */
 #ifdef AGMM_HAVE_CUDA
-#include "../kernels/gemm_engine.h"
+#include "../kernels/gemm/gemm_engine.h"
 #include "../kernels/signal.h"
 #include "../world/gpu_check.h"
 #include "../world/rank_gpu.h"
@@ -195,24 +196,14 @@ static int gemm_ctas(const agmm_ctx *ctx)
     return ri->nranks > 1 ? sms - 1 : 0;
 }
 
-static agmm_status gpu_create(agmm_plan *plan)
+/* The engine's plan of a fused plan, tile config `config` (-1: the engine's policy). Operand
+ * pointers come with each run (set_ptrs re-encodes only what changed); the waits are bounded by
+ * the world's timeout. */
+static agmm_status engine_plan(agmm_plan *plan, fused_gpu *x, int config, agmm_gemm_plan **out)
 {
-    agmm_status st = AGMM_SUCCESS;
-    agmm_ctx *ctx = plan->ctx;
-    agmm_error *err = agmm_ctx_err(ctx);
-    const agmm_rank_info *ri = agmm_ctx_info(ctx);
-    const agmm_gpu_rank *g = agmm_ctx_gpu(ctx);
+    const agmm_rank_info *ri = agmm_ctx_info(plan->ctx);
+    const agmm_gpu_rank *g = agmm_ctx_gpu(plan->ctx);
     const agmm_ag_matmul_desc *md = &plan->desc.mm;
-    fused_gpu *x = calloc(1, sizeof *x);
-    if (x == NULL)
-        return AGMM_FAIL(err, AGMM_ERR_NO_MEMORY, "rank %d: plan state allocation failed", ri->rank);
-    plan->state = x;
-    AGMM_TRY(st, agmm_gather_gpu_create(plan, &x->gather));
-    size_t flag_bytes = ((size_t)ri->nranks * (size_t)md->splits + 1) * sizeof(uint32_t);
-    AGMM_CUDA_TRY(st, err, cudaMalloc((void **)&x->flags, flag_bytes));
-    AGMM_CUDA_TRY(st, err, cudaMemset(x->flags, 0, flag_bytes));
-
-    /* Operand pointers come with each run (set_ptrs re-encodes only what changed). */
     agmm_gemm_desc d = {
         .a_local = plan->input->local,
         .b_layout = md->b_layout,
@@ -225,15 +216,28 @@ static agmm_status gpu_create(agmm_plan *plan)
         .chunk_flags = ri->nranks > 1 ? x->flags : NULL,
         .dev_error = g->err_dev,
         .timeout_ns = g->timeout_ns,
-        .max_ctas = gemm_ctas(ctx),
-        .config = -1,
+        .max_ctas = gemm_ctas(plan->ctx),
+        .config = config,
     };
-    char why[256] = "";
-    st = agmm_gemm_plan_create(&x->gemm, &d, why, sizeof why);
-    if (st != AGMM_SUCCESS) {
-        AGMM_FAIL(err, st, "rank %d: GEMM engine plan: %s", ri->rank, why);
-        goto fail;
-    }
+    return agmm_gemm_plan_create(out, &d, agmm_ctx_err(plan->ctx));
+}
+
+static agmm_status gpu_create(agmm_plan *plan)
+{
+    agmm_status st = AGMM_SUCCESS;
+    agmm_ctx *ctx = plan->ctx;
+    agmm_error *err = agmm_ctx_err(ctx);
+    const agmm_rank_info *ri = agmm_ctx_info(ctx);
+    const agmm_ag_matmul_desc *md = &plan->desc.mm;
+    fused_gpu *x = calloc(1, sizeof *x);
+    if (x == NULL)
+        return AGMM_FAIL(err, AGMM_ERR_NO_MEMORY, "rank %d: plan state allocation failed", ri->rank);
+    plan->state = x;
+    AGMM_TRY(st, agmm_gather_gpu_create(plan, &x->gather));
+    size_t flag_bytes = ((size_t)ri->nranks * (size_t)md->splits + 1) * sizeof(uint32_t);
+    AGMM_CUDA_TRY(st, err, cudaMalloc((void **)&x->flags, flag_bytes));
+    AGMM_CUDA_TRY(st, err, cudaMemset(x->flags, 0, flag_bytes));
+    AGMM_TRY(st, engine_plan(plan, x, -1, &x->gemm));
     /* Everyone leaves plan time together: a rank's first barrier must not meet a peer still in
      * cudaMalloc, which may synchronise a shared device. */
     AGMM_TRY(st, agmm_host_barrier(ctx));
@@ -241,14 +245,11 @@ fail:
     return st;
 }
 
+/* The engine records why it refused or failed to launch. */
 static agmm_status gpu_start(agmm_plan *plan, const agmm_ag_matmul_io *io, cudaStream_t s, void *arg)
 {
     fused_gpu *x = arg;
-    agmm_status st = agmm_gemm_run(x->gemm, 1, s);
-    if (st != AGMM_SUCCESS)
-        return AGMM_FAIL(agmm_ctx_err(plan->ctx), st, "rank %d: GEMM engine launch failed: %s",
-                         agmm_ctx_info(plan->ctx)->rank, cudaGetErrorString(cudaGetLastError()));
-    return AGMM_SUCCESS;
+    return agmm_gemm_run(x->gemm, 1, s, agmm_ctx_err(plan->ctx));
 }
 
 /* The flag goes up (to 1) only after the copy completes; the write's default memory barrier (or
@@ -277,12 +278,10 @@ static agmm_status gpu_run(agmm_plan *plan, const void *vio, void *stream)
 {
     fused_gpu *x = plan->state;
     const agmm_ag_matmul_io *io = vio;
-    char why[256] = "";
     agmm_status st =
-        agmm_gemm_plan_set_ptrs(x->gemm, io->a_gathered, agmm_plan_in(plan), io->b, io->c, why, sizeof why);
+        agmm_gemm_plan_set_ptrs(x->gemm, io->a_gathered, agmm_plan_in(plan), io->b, io->c, agmm_ctx_err(plan->ctx));
     if (st != AGMM_SUCCESS)
-        return AGMM_FAIL(agmm_ctx_err(plan->ctx), st, "rank %d: GEMM engine operands: %s",
-                         agmm_ctx_info(plan->ctx)->rank, why);
+        return st;
     return agmm_gather_gpu_run(plan, &x->gather, io, (cudaStream_t)stream, &fused_hooks, x);
 }
 
@@ -360,6 +359,26 @@ agmm_status agmm_fused_chunk_times(agmm_plan *plan, int chunk, agmm_fused_times 
     if (chunk < 0 || chunk >= x->gather.chunks)
         return AGMM_ERR_INVALID_ARG;
     *out = x->times[chunk];
+    return AGMM_SUCCESS;
+}
+
+agmm_status agmm_fused_set_gemm_config(agmm_plan *plan, int config)
+{
+    if (plan == NULL)
+        return AGMM_ERR_INVALID_ARG;
+    if (!is_fused(plan) || plan->impl == &fused_cpu_impl)
+        return AGMM_FAIL(agmm_ctx_err(plan->ctx), AGMM_ERR_UNSUPPORTED,
+                         "plan runs %s%s: only a GPU fused plan has a GEMM engine to give config=%d",
+                         plan->backend->name, plan->impl == &fused_cpu_impl ? " in the CPU world" : "", config);
+#ifdef AGMM_HAVE_CUDA
+    fused_gpu *x = plan->state;
+    agmm_gemm_plan *gemm = NULL;
+    agmm_status st = engine_plan(plan, x, config, &gemm);
+    if (st != AGMM_SUCCESS)
+        return st; /* the engine says which argument; the plan keeps its engine plan */
+    agmm_gemm_plan_destroy(x->gemm);
+    x->gemm = gemm;
+#endif
     return AGMM_SUCCESS;
 }
 

@@ -25,6 +25,14 @@ typedef struct {
  * above, and for a GPU plan. */
 agmm_status agmm_fused_chunk_times(agmm_plan *plan, int chunk, agmm_fused_times *out);
 
+/* Re-plans the GEMM engine of a GPU fused plan with tile config `config` (an index of
+ * agmm_gemm_config_name; -1: the engine's policy), for the runs from now on: lets a test run
+ * fused with every config, or make the engine refuse an argument and see the message it gives.
+ * Local; between runs, after the last one has completed (the old engine plan is freed). The
+ * engine's statuses (AGMM_ERR_INVALID_ARG naming config= for a config out of range), with the
+ * plan unchanged on failure; AGMM_ERR_UNSUPPORTED for any other plan. */
+agmm_status agmm_fused_set_gemm_config(agmm_plan *plan, int config);
+
 /* The GEMM engine's configuration of a GPU fused plan ("128x256 s4 ctas=131 ..."); "" otherwise. */
 const char *agmm_fused_describe(const agmm_plan *plan);
 

@@ -19,15 +19,15 @@
  * The gathered A is not optional: io.a_gathered is required as for every backend (agmm.h), so
  * that a caller of `auto` never depends on which backend was chosen.
  *
- * GPU: one kernel per run, the GEMM engine (src/kernels/gemm_engine.cu) in pull mode, with
+ * GPU: one kernel per run, the GEMM engine (src/kernels/gemm/) in pull mode, with
  * nothing from the host that changes per run, so a run captured in a CUDA graph replays as a new
  * run: the count of runs is a word in the engine plan's device memory, which every CTA reads at
  * its start and the closing barrier's last CTA advances; the kernel raises this rank's ready flag
  * at its start (a system-scope fence first: the work before it on the caller's stream S, which
  * wrote the shard, is complete); the peers' shards are read through a tensor map per rank,
  * kept in device memory per distinct set of shard pointers (the plan's input, each io.input), so
- * a graph keeps the maps it was captured with. The engine's header has who writes and waits on
- * each word. SMs: every wait is on a peer's GEMM, which raises its flag from any CTA that runs;
+ * a graph keeps the maps it was captured with. The engine's a_peers.cuh has who writes and waits
+ * on each word. SMs: every wait is on a peer's GEMM, which raises its flag from any CTA that runs;
  * where ranks share the GPU each rank takes at most SMs/ranks - 1, so every rank's GEMM, and the
  * work before it on its stream, finds SMs while the others spin.
  *
@@ -47,8 +47,8 @@
 extern const agmm_backend agmm_backend_ag_matmul_pull;
 
 /* The plan's signal words on every rank: the ready flag, then one done slot per rank
- * (gemm_engine.h, AGMM_PULL_READY and AGMM_PULL_DONE). None with one rank, which waits for
- * nobody. */
+ * (kernels/gemm/gemm_engine.h, AGMM_PULL_READY and AGMM_PULL_DONE). None with one rank, which
+ * waits for nobody. */
 #define READY_WORD 0
 #define DONE_WORD 1
 /* The distinct inputs a plan's captures may use: one engine map slot each (gemm_engine.h). */
@@ -194,7 +194,7 @@ static const agmm_backend_impl pull_cpu_impl = {
 
 /* ---- GPUs ---- */
 #ifdef AGMM_HAVE_CUDA
-#include "../kernels/gemm_engine.h"
+#include "../kernels/gemm/gemm_engine.h"
 #include "../world/gpu_check.h"
 #include "../world/rank_gpu.h"
 
@@ -239,12 +239,7 @@ static agmm_status set_peers(agmm_plan *plan, pull_gpu *x, cudaStream_t s)
     const int nranks = agmm_ctx_info(plan->ctx)->nranks;
     for (int r = 0; r < nranks; r++)
         x->peers[r] = agmm_plan_in_peer(plan, r);
-    char why[256] = "";
-    agmm_status st = agmm_gemm_plan_set_peers(x->gemm, x->peers, s, why, sizeof why);
-    if (st != AGMM_SUCCESS)
-        return AGMM_FAIL(agmm_ctx_err(plan->ctx), st, "rank %d: GEMM engine peers: %s", agmm_ctx_info(plan->ctx)->rank,
-                         why);
-    return AGMM_SUCCESS;
+    return agmm_gemm_plan_set_peers(x->gemm, x->peers, s, agmm_ctx_err(plan->ctx));
 }
 
 static agmm_status gpu_create(agmm_plan *plan)
@@ -276,12 +271,7 @@ static agmm_status gpu_create(agmm_plan *plan)
         .max_ctas = gemm_ctas(ctx),
         .config = -1,
     };
-    char why[256] = "";
-    st = agmm_gemm_plan_create(&x->gemm, &d, why, sizeof why);
-    if (st != AGMM_SUCCESS) {
-        AGMM_FAIL(err, st, "rank %d: GEMM engine plan: %s", ri->rank, why);
-        goto fail;
-    }
+    AGMM_TRY(st, agmm_gemm_plan_create(&x->gemm, &d, err));
     /* The maps of the plan's own input now, so runs from it fill nothing. */
     AGMM_TRY(st, set_peers(plan, x, g->copy_stream));
     AGMM_CUDA_TRY(st, err, cudaStreamSynchronize(g->copy_stream));
@@ -300,15 +290,11 @@ static agmm_status gpu_run(agmm_plan *plan, const void *vio, void *stream)
     cudaStream_t s = (cudaStream_t)stream;
     agmm_ctx *ctx = plan->ctx;
     agmm_error *err = agmm_ctx_err(ctx);
-    char why[256] = "";
-    st = agmm_gemm_plan_set_ptrs(x->gemm, io->a_gathered, agmm_plan_in(plan), io->b, io->c, why, sizeof why);
-    if (st != AGMM_SUCCESS)
-        return AGMM_FAIL(err, st, "rank %d: GEMM engine operands: %s", agmm_ctx_info(ctx)->rank, why);
+    AGMM_TRY(st, agmm_gemm_plan_set_ptrs(x->gemm, io->a_gathered, agmm_plan_in(plan), io->b, io->c, err));
     AGMM_TRY(st, set_peers(plan, x, s));
-    st = agmm_gemm_run(x->gemm, 0, s); /* its epoch, ready flag and closing barrier are on the device */
-    if (st != AGMM_SUCCESS)
-        return AGMM_FAIL(err, st, "rank %d: GEMM engine launch failed: %s", agmm_ctx_info(ctx)->rank,
-                         cudaGetErrorString(cudaGetLastError()));
+    /* Its epoch, ready flag and closing barrier are on the device; the engine records why it
+     * refused or failed to launch. */
+    AGMM_TRY(st, agmm_gemm_run(x->gemm, 0, s, err));
     AGMM_TRY(st, agmm_gpu_note_run(ctx, s));
 fail:
     return st;

@@ -184,7 +184,7 @@ static agmm_status gpu_run(agmm_plan *plan, const void *vio, void *stream)
     a.nranks = ri->nranks;
     a.grid = im->grid;
     a.err = g->err_dev;
-    a.timeout_ns = g->timeout_ns ? g->timeout_ns : 5000000000ull;
+    a.timeout_ns = g->timeout_ns; /* the world's, never 0 (world_common.c) */
     cudaError_t ce = agmm_arn_two_shot_launch(&a, (cudaStream_t)stream);
     if (ce != cudaSuccess)
         return AGMM_FAIL(agmm_ctx_err(ctx), AGMM_ERR_CUDA, WHAT " launch (grid %d, T=%lld H=%lld): %s", im->grid,

@@ -34,6 +34,7 @@
 #include <stdint.h>
 
 #include "all_reduce.h"
+#include "bounded_wait.cuh"
 #include "dev_error.h"
 #include "pad_barrier.cuh"
 

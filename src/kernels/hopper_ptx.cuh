@@ -1,7 +1,7 @@
 /* Hopper PTX wrappers used by the GEMM engine (internal, device code only): shared-memory
- * addresses, mbarriers, TMA loads (plain and cluster-multicast), cluster barriers, and wgmma
- * (fence/commit/wait, shared-memory descriptors, m64nNk16 bf16 -> fp32). Each wrapper is one
- * instruction or a fixed pattern of them; the protocols that use them are in gemm_engine.cu. */
+ * addresses, mbarriers, TMA loads (plain and cluster-multicast) and stores, cluster barriers, and
+ * wgmma (fence/commit/wait, shared-memory descriptors, m64nNk16 bf16 -> fp32). Each wrapper is one
+ * instruction or a fixed pattern of them; the protocols that use them are in src/kernels/gemm/. */
 #ifndef AGMM_KERNELS_HOPPER_PTX_CUH
 #define AGMM_KERNELS_HOPPER_PTX_CUH
 
@@ -77,13 +77,39 @@ __device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity)
     } while (!done);
 }
 
-/* Arrive on the barrier at the same offset in CTA `cta` of the cluster. */
+/* Arrive on the barrier at the same offset in CTA `cta` of the cluster. The default (CTA-scope)
+ * semantics, not .release.cluster: the callers are consumers giving back a slot whose reads by
+ * wgmma have completed (wait_group), so there is nothing left to order before the partner's TMA
+ * refill, and a cluster-scope release costs a fence on every call. Measured on the H200
+ * (2026-12-03): with .release.cluster, 32% of the warps' cycles stalled on that fence and the
+ * B-multicast pairs ran 1.5-2.6x slower than the same tile without a cluster; without it, 1.00-1.07x. */
 __device__ __forceinline__ void mbar_arrive_remote(uint32_t bar, uint32_t cta)
 {
     asm volatile("{\n.reg .b32 r;\nmapa.shared::cluster.u32 r, %0, %1;\n"
-                 "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [r];\n}\n" ::"r"(bar),
+                 "mbarrier.arrive.shared::cluster.b64 _, [r];\n}\n" ::"r"(bar),
                  "r"(cta)
                  : "memory");
+}
+
+/* Stores one tile from shared memory through a 3-D map (a bulk tensor store); the bulk group is
+ * committed. */
+__device__ __forceinline__ void tma_store_3d(uint32_t src, const CUtensorMap *map, int c0, int c1, int c2)
+{
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(map),
+                 "r"(src), "r"(c0), "r"(c1), "r"(c2)
+                 : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+/* Waits until this thread's bulk stores have read their shared memory (READ = 1: the source may be
+ * rewritten) or are complete (READ = 0). */
+template <int READ>
+__device__ __forceinline__ void bulk_wait(void)
+{
+    if (READ)
+        asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+    else
+        asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
 
 /* All threads of both CTAs (exited threads do not count, so every thread stays to the end). */
@@ -91,7 +117,6 @@ __device__ __forceinline__ void cluster_sync(void)
 {
     asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
 }
-
 
 __device__ __forceinline__ void wgmma_fence(void)
 {

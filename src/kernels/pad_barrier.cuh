@@ -11,6 +11,7 @@
 
 #include <stdint.h>
 
+#include "bounded_wait.cuh"
 #include "dev_error.h"
 
 /* Where a block's barriers meet: the plan's pads, this rank, and the bound of every wait. */
@@ -20,13 +21,6 @@ struct agmm_pad_sync {
     agmm_dev_error *err;   /* where an expired wait is recorded (host-mapped) */
     uint64_t timeout_ns;
 };
-
-__device__ __forceinline__ uint32_t agmm_ld_relaxed_sys(const uint32_t *p)
-{
-    uint32_t v;
-    asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
 
 /* This run's epoch for this block: from the block's own arrival slot, where the previous run left
  * 2(e-1), or 2(e-1)-1 if its first barrier expired. Read before the first barrier, which
@@ -45,9 +39,12 @@ __device__ __forceinline__ uint32_t agmm_pad_run_epoch(const agmm_pad_sync &s)
  * Ordering. The __syncthreads() first orders every access this block made before (loads of
  * peers' inputs, stores of results or outputs) before thread p's st.release.sys to rank p's pad:
  * the release is cumulative, so rank p, once it acquires the flag, sees this block's stores and
- * knows its loads are done. Thread p of this block acquires rank p's flag (ld.acquire.sys after
- * relaxed polling), and the closing __syncthreads_or extends that to every thread of the block:
- * what rank p's block did before its release is visible to all of them afterwards. */
+ * knows its loads are done. Thread p of this block acquires rank p's flag (relaxed polls, then
+ * one ld.acquire.sys: bounded_wait.cuh), and the closing __syncthreads_or extends that to every
+ * thread of the block: what rank p's block did before its release is visible to all of them
+ * afterwards. A wait of this rank that already expired (this run or an earlier one still queued
+ * behind it) makes it give up at once: the ranks are out of step and the host reports that
+ * record. */
 __device__ __forceinline__ bool agmm_pad_barrier(const agmm_pad_sync &s, uint32_t epoch, uint32_t value)
 {
     __syncthreads();
@@ -57,32 +54,11 @@ __device__ __forceinline__ bool agmm_pad_barrier(const agmm_pad_sync &s, uint32_
         const size_t slot = (size_t)blockIdx.x * (size_t)s.nranks;
         agmm_st_release_sys(static_cast<uint32_t *>(s.pad[p]) + slot + s.rank, value);
         const uint32_t *mine = static_cast<const uint32_t *>(s.pad[s.rank]) + slot + p;
-        uint32_t seen = agmm_ld_relaxed_sys(mine);
-        if ((int32_t)(seen - value) < 0) {
-            const uint64_t deadline = agmm_globaltimer_ns() + s.timeout_ns;
-            for (uint32_t spins = 1;; spins++) {
-                seen = agmm_ld_relaxed_sys(mine);
-                if ((int32_t)(seen - value) >= 0)
-                    break;
-                if ((spins & 63u) != 0)
-                    continue;
-                /* A wait of this rank already expired (this run or an earlier one still queued
-                 * behind it): the ranks are out of step and the host reports that record, so give
-                 * up now instead of waiting out another full timeout per queued run. */
-                if (*(volatile const uint32_t *)&s.err->code != AGMM_DEV_OK) {
-                    late = 1;
-                    break;
-                }
-                if (agmm_globaltimer_ns() > deadline) {
-                    agmm_dev_error_record(s.err, s.rank, p, AGMM_WAIT_ALL_REDUCE, -1, epoch, seen);
-                    late = 1;
-                    break;
-                }
-            }
-        }
-        /* The acquire: the value only grows, so this load sees >= value again (unless late). */
-        if (!late)
-            (void)agmm_ld_acquire_sys(mine);
+        uint32_t seen;
+        const int r = agmm_spin_until<0, 64, 1>(mine, value, s.timeout_ns, s.err, &seen);
+        if (r == AGMM_SPIN_EXPIRED)
+            agmm_dev_error_record(s.err, s.rank, p, AGMM_WAIT_ALL_REDUCE, -1, epoch, seen);
+        late = r != AGMM_SPIN_MET;
     }
     return __syncthreads_or(late) == 0;
 }

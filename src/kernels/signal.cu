@@ -5,30 +5,16 @@
  * bounded by %globaltimer and records its failure instead of hanging the stream. */
 #include "signal.h"
 
-/* Wrapping "a >= b" for epochs. */
-__device__ __forceinline__ bool epoch_reached(uint32_t seen, uint32_t epoch)
-{
-    return (int32_t)(seen - epoch) >= 0;
-}
+#include "bounded_wait.cuh"
 
-/* Spins until *slot >= epoch or the deadline passes; returns the last value seen. Gives up at
- * once, recording nothing, when this rank already holds a timeout (err->code set): the ranks are
- * out of step then, and each run queued behind the failed one must end quickly, not wait out its
- * own full bound. */
-__device__ __forceinline__ uint32_t wait_slot(const uint32_t *slot, uint32_t epoch, uint64_t deadline,
-                                              const agmm_dev_error *err, bool *timed_out)
+/* The single-block kernels' wait (bounded_wait.cuh): acquire polls, the record and the clock
+ * looked at every 64. It gives up at once, recording nothing, when this rank already holds a
+ * timeout (err->code set): the ranks are out of step then, and each run queued behind the failed
+ * one must end quickly, not wait out its own full bound. */
+__device__ __forceinline__ int wait_slot(const uint32_t *slot, uint32_t epoch, uint64_t timeout_ns,
+                                         const agmm_dev_error *err, uint32_t *seen)
 {
-    uint32_t seen = agmm_ld_acquire_sys(slot);
-    for (uint32_t spins = 0; !epoch_reached(seen, epoch); spins++) {
-        if (agmm_globaltimer_ns() > deadline) {
-            *timed_out = true;
-            break;
-        }
-        if ((spins & 63) == 63 && *(volatile const uint32_t *)&err->code != AGMM_DEV_OK)
-            break;
-        seen = agmm_ld_acquire_sys(slot);
-    }
-    return seen;
+    return agmm_spin_until<0, 64, 0>(slot, epoch, timeout_ns, err, seen);
 }
 
 /* Grid 1 x 64 threads (AGMM_MAX_RANKS). Thread p talks to rank p.
@@ -54,10 +40,8 @@ __global__ void barrier_pad_kernel(uint32_t *const *pads, int rank, int nranks, 
     if (peer) {
         __threadfence_system();
         agmm_st_release_sys(pads[p] + rank, epoch);
-        uint64_t deadline = agmm_globaltimer_ns() + timeout_ns;
-        bool timed_out = false;
-        uint32_t seen = wait_slot(pads[rank] + p, epoch, deadline, err, &timed_out);
-        if (timed_out)
+        uint32_t seen;
+        if (wait_slot(pads[rank] + p, epoch, timeout_ns, err, &seen) == AGMM_SPIN_EXPIRED)
             agmm_dev_error_record(err, rank, p, AGMM_WAIT_BARRIER, -1, epoch, seen);
     }
     __syncthreads();
@@ -74,10 +58,8 @@ __global__ void flag_raise_kernel(uint32_t *flag, uint32_t value)
 __global__ void flag_wait_kernel(const uint32_t *flag, uint32_t value, uint64_t timeout_ns, agmm_dev_error *err,
                                  int rank, int peer, int wait, int chunk)
 {
-    uint64_t deadline = agmm_globaltimer_ns() + timeout_ns;
-    bool timed_out = false;
-    uint32_t seen = wait_slot(flag, value, deadline, err, &timed_out);
-    if (timed_out)
+    uint32_t seen;
+    if (wait_slot(flag, value, timeout_ns, err, &seen) == AGMM_SPIN_EXPIRED)
         agmm_dev_error_record(err, rank, peer, wait, chunk, value, seen);
 }
 

@@ -1,22 +1,13 @@
-/* Checks for CUDA, NCCL and cuBLAS results in host C code (internal). Each records
- * "file:line: call -> text" where the failure starts and jumps to the function's `fail` label
- * with `st` set, like AGMM_TRY. Only for files built with CUDA. */
+/* Checks for CUDA (core/cuda_check.h), NCCL and cuBLAS results in host C code (internal). Each
+ * records "file:line: call -> text" where the failure starts and jumps to the function's `fail`
+ * label with `st` set, like AGMM_TRY. Only for files built with CUDA. */
 #ifndef AGMM_WORLD_GPU_CHECK_H
 #define AGMM_WORLD_GPU_CHECK_H
 
 #include "gpu_headers.h"
 
+#include "../core/cuda_check.h"
 #include "../core/error.h"
-
-#define AGMM_CUDA_TRY(st, err, call)                                                               \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            (st) = AGMM_FAIL((err), AGMM_ERR_CUDA, "%s -> %s (%s)", #call, cudaGetErrorName(e_),   \
-                             cudaGetErrorString(e_));                                              \
-            goto fail;                                                                             \
-        }                                                                                          \
-    } while (0)
 
 /* ncclGetLastError carries NCCL's own WARN text, which usually names the real cause. */
 #define AGMM_NCCL_TRY(st, err, comm, call)                                                         \

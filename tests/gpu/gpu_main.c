@@ -38,6 +38,7 @@ static const agmm_test_case cases[] = {
     {"ag_matmul_ce_timeout", test_ag_matmul_ce_timeout},
     {"ag_matmul_fused_late_chunk", test_fused_waits_for_late_chunk},
     {"ag_matmul_fused_chunk_timeout", test_fused_chunk_timeout},
+    {"ag_matmul_fused_engine_refusal", test_fused_engine_refusal},
     {"ag_matmul_pull_protocol", test_pull_protocol_gpu},
     {"ag_matmul_pull_timeout", test_pull_timeout_gpu},
     {"ag_matmul_pull_graph_slots", test_pull_graph_slots_gpu},

@@ -23,9 +23,11 @@ void test_ag_matmul_gpu_world(void);
 void test_ag_matmul_ce_timeout(void);
 void test_all_reduce_nccl_w1(void);
 /* test_fused.c: the fused backend's per-chunk waits (a late chunk is waited for; a chunk past the
- * bound ends in a timeout naming it). */
+ * bound ends in a timeout naming it); the engine's refusal reported through it, naming the
+ * argument, and a forced tile config. */
 void test_fused_waits_for_late_chunk(void);
 void test_fused_chunk_timeout(void);
+void test_fused_engine_refusal(void);
 /* test_nccl_bounds.c: a stalled NCCL operation ends in a timeout, an abort and an unusable world. */
 void test_nccl_sync_timeout(void);
 /* test_leaks.c: plan and world cycles leave host and device memory, mappings and descriptors flat. */

@@ -1,6 +1,8 @@
 /* GPU tests of the `fused` backend's waits: a chunk whose copy lands late is waited for (its
  * tiles read the rows only after the flag, so C is right although the gathered A starts as NaN),
- * and a chunk that lands after the bound ends in a timeout naming the rank and the chunk. The
+ * and a chunk that lands after the bound ends in a timeout naming the rank and the chunk. And its
+ * seam with the GEMM engine: an argument the engine refuses is reported with the engine's own
+ * message, naming the argument, and a tile config forced through the backend runs right. The
  * correctness sweep over worlds and shapes is in test_ag_matmul.c (with nccl and ce). */
 #include <math.h>
 #include <pthread.h>
@@ -16,6 +18,7 @@
 #include "cpu/reference.h"
 #include "gpu_tests.h"
 #include "backends/ag_matmul_fused.h"
+#include "kernels/gemm/policy.h"
 #include "../harness.h"
 
 typedef struct {
@@ -25,6 +28,11 @@ typedef struct {
     int splits;
     int delay_chunk_step;      /* delay the chunk of rank (rank + step) % W, split splits-1 */
     int64_t delay_ns;
+    int set_config;            /* 1: ask the engine for bad_config (refused), then good_config */
+    int bad_config, good_config;
+    agmm_status refused[AGMM_MAX_RANKS];
+    char refused_msg[AGMM_MAX_RANKS][512];
+    char engine[AGMM_MAX_RANKS][160]; /* agmm_fused_describe after the configs were set */
     const uint16_t *a, *b;     /* all shards in rank order; B (col-major), the same on every rank */
     const double *c_ref;
     double run_s[AGMM_MAX_RANKS];
@@ -70,6 +78,20 @@ static agmm_status delay_rank(agmm_ctx *ctx, void *arg)
         snprintf(j->msg[rank], sizeof j->msg[rank], "allocation failed");
         pthread_barrier_wait(&j->ready);
         goto done;
+    }
+    if (j->set_config) {
+        /* Before the ranks run together: the engine's plan allocates (rank_gpu.h's rule). */
+        j->refused[rank] = agmm_fused_set_gemm_config(plan, j->bad_config);
+        snprintf(j->refused_msg[rank], sizeof j->refused_msg[rank], "%s", agmm_last_error(ctx));
+        st = agmm_fused_set_gemm_config(plan, j->good_config);
+        snprintf(j->engine[rank], sizeof j->engine[rank], "%s", agmm_fused_describe(plan));
+        if (st != AGMM_SUCCESS) {
+            j->status[rank] = st;
+            snprintf(j->msg[rank], sizeof j->msg[rank], "agmm_fused_set_gemm_config(%d): %s", j->good_config,
+                     agmm_last_error(ctx));
+            pthread_barrier_wait(&j->ready);
+            goto done;
+        }
     }
     st = agmm_fused_set_copy_delay(plan, chunk, j->delay_ns);
     if (st != AGMM_SUCCESS) {
@@ -189,5 +211,39 @@ void test_fused_chunk_timeout(void)
         agmm_check(j.status[r] == AGMM_ERR_TIMEOUT && strstr(j.msg[r], want) != NULL && j.run_s[r] < 10.0,
                    "ag_matmul/fused W=%d rank %d: a chunk 1.2 s past the 0.3 s bound -> %s naming %s in %.2f s: \"%s\"",
                    W, r, agmm_status_str(j.status[r]), want, j.run_s[r], j.msg[r]);
+    }
+}
+
+/* The engine refuses a tile config past its table through fused's hook: the status is the
+ * engine's and agmm_last_error carries its message naming config=. Then a forced config (the
+ * split tail, whose workspace and fix-up meet the chunk waits) runs right: fresh random inputs,
+ * NaN-poisoned gathered A and C, the gathered A exact and C within 1e-2 of fp64. */
+void test_fused_engine_refusal(void)
+{
+    const int W = 2;
+    static delay_job j;
+    memset(&j, 0, sizeof j);
+    j.m = 1000, j.n = 264, j.k = 1032, j.splits = 2, j.delay_chunk_step = 1, j.delay_ns = 0;
+    j.set_config = 1;
+    j.bad_config = agmm_gemm_num_configs() + 7;
+    j.good_config = agmm_gemm_config_find("128x256x64/s4/sk");
+    if (j.good_config < 0) {
+        agmm_check(0, "ag_matmul/fused: no config named 128x256x64/s4/sk in gemm_configs.h");
+        return;
+    }
+    if (!run_delay_job(&j, W, 5.0))
+        return;
+    char want[32];
+    snprintf(want, sizeof want, "config=%d", j.bad_config);
+    for (int r = 0; r < W; r++) {
+        agmm_check(j.refused[r] == AGMM_ERR_INVALID_ARG && strstr(j.refused_msg[r], want) != NULL,
+                   "ag_matmul/fused W=%d rank %d: the engine refuses %s through the backend, %s naming it: \"%s\"",
+                   W, r, want, agmm_status_str(j.refused[r]), j.refused_msg[r]);
+        agmm_check(j.status[r] == AGMM_SUCCESS && strstr(j.engine[r], "128x256x64/s4/sk") && j.a_exact[r] &&
+                       j.rel[r] <= 1e-2,
+                   "ag_matmul/fused W=%d M=%lld N=%lld K=%lld splits=%d rank %d [%s]: forced config runs right: "
+                   "gathered A %s, C rel err %.2e (<= 1e-2)%s%s",
+                   W, (long long)j.m, (long long)j.n, (long long)j.k, j.splits, r, j.engine[r],
+                   j.a_exact[r] ? "exact" : "DIFFERS", j.rel[r], j.status[r] ? ": " : "", j.status[r] ? j.msg[r] : "");
     }
 }

@@ -1,4 +1,4 @@
-/* GPU tests of the GEMM engine (src/kernels/gemm_engine.h): results against an fp64 CPU
+/* GPU tests of the GEMM engine (src/kernels/gemm/gemm_engine.h): results against an fp64 CPU
  * reference on random bf16 data, outputs poisoned with NaN before every run, and the fused-path
  * hooks (local tiles read from the shard, a flag never raised times out within its bound, flags
  * raised before or during the run let it finish).
@@ -19,7 +19,7 @@
 
 #include "core/numeric.h"
 #include "../harness.h"
-#include "kernels/gemm_engine.h"
+#include "kernels/gemm/gemm_engine.h"
 
 #define TOL 1e-2
 
@@ -171,16 +171,16 @@ static void run_plain(pools *p, int64_t rows, int64_t n, int64_t k, agmm_layout 
     d.nranks = 1;
     d.splits = 1;
     d.config = config;
-    char err[256] = "";
+    agmm_error err = {0};
     agmm_gemm_plan *plan = NULL;
-    agmm_status st = agmm_gemm_plan_create(&plan, &d, err, sizeof err);
+    agmm_status st = agmm_gemm_plan_create(&plan, &d, &err);
     if (st != AGMM_SUCCESS) {
         agmm_check(0, "gemm_engine plain %lldx%lldx%lld B-%s: plan: %s", (long long)rows, (long long)n, (long long)k,
-                   lname, err);
+                   lname, err.msg);
         return;
     }
     int ok = poison(p->d_c, (size_t)(rows * n));
-    ok = ok && agmm_gemm_run(plan, 0, 0) == AGMM_SUCCESS;
+    ok = ok && agmm_gemm_run(plan, 0, 0, &err) == AGMM_SUCCESS;
     ok = ok && cuda_ok(cudaDeviceSynchronize(), "gemm run");
     ok = ok && cuda_ok(cudaMemcpy(p->h_c, p->d_c, (size_t)(rows * n) * 2, cudaMemcpyDeviceToHost), "download C");
     int64_t nans = 0;
@@ -252,10 +252,10 @@ static void test_hooks(pools *p, int64_t k, int max_ctas, int all_cases)
     for (int c = -1; c < agmm_gemm_num_configs(); c++) {
         /* (a) flags raised before launch, local tiles from the shard: right answer, no error. */
         d.config = c;
-        char err[256] = "";
+        agmm_error err = {0};
         agmm_gemm_plan *plan = NULL;
-        if (agmm_gemm_plan_create(&plan, &d, err, sizeof err) != AGMM_SUCCESS) {
-            agmm_check(0, "gemm_engine hooks plan: %s", err);
+        if (agmm_gemm_plan_create(&plan, &d, &err) != AGMM_SUCCESS) {
+            agmm_check(0, "gemm_engine hooks plan: %s", err.msg);
             goto out;
         }
         uint32_t flags[17] = {0}, after[17];
@@ -263,7 +263,7 @@ static void test_hooks(pools *p, int64_t k, int max_ctas, int all_cases)
             flags[i] = epoch + (uint32_t)(i % 3); /* >= epoch: ready (some ahead) */
         memset(h_err, 0, sizeof *h_err);
         int ok = cuda_ok(cudaMemcpy(d_flags, flags, (nflags + 1) * 4, cudaMemcpyHostToDevice), "flags") &&
-                 poison(p->d_c, (size_t)(rows * n)) && agmm_gemm_run(plan, epoch, 0) == AGMM_SUCCESS &&
+                 poison(p->d_c, (size_t)(rows * n)) && agmm_gemm_run(plan, epoch, 0, &err) == AGMM_SUCCESS &&
                  cuda_ok(cudaDeviceSynchronize(), "run") &&
                  cuda_ok(cudaMemcpy(p->h_c, p->d_c, (size_t)(rows * n) * 2, cudaMemcpyDeviceToHost), "download") &&
                  cuda_ok(cudaMemcpy(after, d_flags, (nflags + 1) * 4, cudaMemcpyDeviceToHost), "flags back");
@@ -290,22 +290,22 @@ static void test_hooks(pools *p, int64_t k, int max_ctas, int all_cases)
         d.config = -1;
         d.a = p->d_a;
         d.a_local = NULL;
-        char err[256] = "";
+        agmm_error err = {0};
         agmm_gemm_plan *plan = NULL;
         uint32_t flags[17] = {0};
         for (int i = 0; i < nflags; i++)
             flags[i] = epoch;
         memset(h_err, 0, sizeof *h_err);
-        int ok = agmm_gemm_plan_create(&plan, &d, err, sizeof err) == AGMM_SUCCESS &&
+        int ok = agmm_gemm_plan_create(&plan, &d, &err) == AGMM_SUCCESS &&
                  cuda_ok(cudaMemcpy(d_flags, flags, (nflags + 1) * 4, cudaMemcpyHostToDevice), "flags") &&
-                 poison(p->d_c, (size_t)(rows * n)) && agmm_gemm_run(plan, epoch, 0) == AGMM_SUCCESS &&
+                 poison(p->d_c, (size_t)(rows * n)) && agmm_gemm_run(plan, epoch, 0, &err) == AGMM_SUCCESS &&
                  cuda_ok(cudaDeviceSynchronize(), "run") &&
                  cuda_ok(cudaMemcpy(p->h_c, p->d_c, (size_t)(rows * n) * 2, cudaMemcpyDeviceToHost), "download");
         int64_t nans = 0;
         double rel = ok ? check_c(p->h_a, p->h_b, d.b_layout, p->h_c, rows, n, k, rows, &nans) : NAN;
         agmm_check(ok && nans == 0 && rel <= TOL && h_err->code == AGMM_DEV_OK,
                    "gemm_engine hooks W=%d: no shard, every tile from the gathered A: rel=%.2e nans=%lld %s", W, rel,
-                   (long long)nans, err);
+                   (long long)nans, err.msg);
         agmm_gemm_plan_destroy(plan);
     }
 
@@ -314,16 +314,16 @@ static void test_hooks(pools *p, int64_t k, int max_ctas, int all_cases)
          * timeout recorded naming rank 1 waiting for chunk 5 of peer 2. */
         d.a = d_gathered;
         d.a_local = d_shard;
-        char err[256] = "";
+        agmm_error err = {0};
         agmm_gemm_plan *plan = NULL;
         uint32_t flags[17] = {0};
         for (int i = 0; i < nflags; i++)
             flags[i] = i == 5 ? epoch - 1 : epoch;
         memset(h_err, 0, sizeof *h_err);
-        int ok = agmm_gemm_plan_create(&plan, &d, err, sizeof err) == AGMM_SUCCESS &&
+        int ok = agmm_gemm_plan_create(&plan, &d, &err) == AGMM_SUCCESS &&
                  cuda_ok(cudaMemcpy(d_flags, flags, (nflags + 1) * 4, cudaMemcpyHostToDevice), "flags");
         double t0 = now_s();
-        ok = ok && agmm_gemm_run(plan, epoch, 0) == AGMM_SUCCESS && cuda_ok(cudaDeviceSynchronize(), "run");
+        ok = ok && agmm_gemm_run(plan, epoch, 0, &err) == AGMM_SUCCESS && cuda_ok(cudaDeviceSynchronize(), "run");
         double dt = now_s() - t0;
         agmm_check(ok && h_err->code == AGMM_DEV_TIMEOUT && h_err->chunk == 5 && h_err->peer == 2 &&
                        h_err->rank == rank && h_err->wait == AGMM_WAIT_CHUNK && h_err->epoch == epoch &&
@@ -337,15 +337,15 @@ static void test_hooks(pools *p, int64_t k, int max_ctas, int all_cases)
     {
         /* (d) chunk 6 raised by the host 50 ms after launch (host-mapped flags): the kernel
          * waits for it, then finishes with the right answer and no error. */
-        char err[256] = "";
+        agmm_error err = {0};
         agmm_gemm_plan *plan = NULL;
         d.chunk_flags = d_flags_mapped;
         d.timeout_ns = 5000ull * 1000 * 1000;
         for (int i = 0; i <= nflags; i++)
             h_flags_mapped[i] = i == nflags ? 0 : i == 6 ? epoch - 1 : epoch;
         memset(h_err, 0, sizeof *h_err);
-        int ok = agmm_gemm_plan_create(&plan, &d, err, sizeof err) == AGMM_SUCCESS &&
-                 poison(p->d_c, (size_t)(rows * n)) && agmm_gemm_run(plan, epoch, 0) == AGMM_SUCCESS;
+        int ok = agmm_gemm_plan_create(&plan, &d, &err) == AGMM_SUCCESS &&
+                 poison(p->d_c, (size_t)(rows * n)) && agmm_gemm_run(plan, epoch, 0, &err) == AGMM_SUCCESS;
         struct timespec ts = {0, 50 * 1000 * 1000};
         nanosleep(&ts, NULL);
         int still_running = cudaStreamQuery(0) == cudaErrorNotReady;
@@ -370,6 +370,8 @@ out:
     cudaFreeHost(h_flags_mapped);
 }
 
+/* The engine refuses bad arguments with a message naming the argument, at plan creation and at
+ * a run whose operand is missing. */
 static void test_bad_args(pools *p)
 {
     agmm_gemm_desc d = {0};
@@ -382,16 +384,53 @@ static void test_bad_args(pools *p)
     d.nranks = 1;
     d.splits = 1;
     d.config = -1;
-    char err[256] = "";
+    agmm_error err = {0};
     agmm_gemm_plan *plan = NULL;
-    agmm_status st = agmm_gemm_plan_create(&plan, &d, err, sizeof err);
-    agmm_check(st == AGMM_ERR_INVALID_ARG && plan == NULL && strstr(err, "K=100"),
-               "gemm_engine rejects K=100 (not a multiple of 8): \"%s\"", err);
+    agmm_status st = agmm_gemm_plan_create(&plan, &d, &err);
+    agmm_check(st == AGMM_ERR_INVALID_ARG && plan == NULL && strstr(err.msg, "K=100"),
+               "gemm_engine rejects K=100 (not a multiple of 8): \"%s\"", err.msg);
     d.k = 64;
     d.n = 100;
     d.b_layout = AGMM_LAYOUT_ROW_MAJOR;
-    st = agmm_gemm_plan_create(&plan, &d, err, sizeof err);
-    agmm_check(st == AGMM_ERR_UNSUPPORTED && plan == NULL, "gemm_engine rejects row-major B with N=100: \"%s\"", err);
+    agmm_error_clear(&err);
+    st = agmm_gemm_plan_create(&plan, &d, &err);
+    agmm_check(st == AGMM_ERR_UNSUPPORTED && plan == NULL && strstr(err.msg, "N=100"),
+               "gemm_engine rejects row-major B with N=100: \"%s\"", err.msg);
+    d.n = 64;
+    d.b_layout = AGMM_LAYOUT_COL_MAJOR;
+    d.config = agmm_gemm_num_configs();
+    agmm_error_clear(&err);
+    st = agmm_gemm_plan_create(&plan, &d, &err);
+    agmm_check(st == AGMM_ERR_INVALID_ARG && plan == NULL && strstr(err.msg, "config="),
+               "gemm_engine rejects config %d (past the table): \"%s\"", d.config, err.msg);
+    /* Chunk flags without a bound: the engine has no default timeout. */
+    d.config = -1;
+    d.chunk_flags = (uint32_t *)p->d_c;
+    d.dev_error = (agmm_dev_error *)p->d_c;
+    agmm_error_clear(&err);
+    st = agmm_gemm_plan_create(&plan, &d, &err);
+    agmm_check(st == AGMM_ERR_INVALID_ARG && plan == NULL && strstr(err.msg, "timeout_ns=0"),
+               "gemm_engine rejects chunk flags with timeout_ns = 0: \"%s\"", err.msg);
+    d.chunk_flags = NULL;
+    d.dev_error = NULL;
+    d.c = (char *)p->d_c + 2;
+    agmm_error_clear(&err);
+    st = agmm_gemm_plan_create(&plan, &d, &err);
+    agmm_check(st == AGMM_ERR_INVALID_ARG && plan == NULL && strstr(err.msg, "c=0x"),
+               "gemm_engine rejects a C 2 bytes off 16-byte alignment: \"%s\"", err.msg);
+    /* A plan made without C: its run refuses, naming the operand, and launches nothing. */
+    d.c = NULL;
+    agmm_error_clear(&err);
+    st = agmm_gemm_plan_create(&plan, &d, &err);
+    if (st == AGMM_SUCCESS) {
+        st = agmm_gemm_run(plan, 0, 0, &err);
+        agmm_check(st == AGMM_ERR_INVALID_ARG && strstr(err.msg, "operand c is not set") &&
+                       cudaDeviceSynchronize() == cudaSuccess,
+                   "gemm_engine run without C refuses, naming c: \"%s\"", err.msg);
+    } else {
+        agmm_check(0, "gemm_engine plan without C: %s", err.msg);
+    }
+    agmm_gemm_plan_destroy(plan);
 }
 
 /* For compute-sanitizer: every tile config (each one kernel) on one small shape with M, N and K

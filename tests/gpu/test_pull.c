@@ -31,7 +31,7 @@
 #include "core/numeric.h"
 #include "cpu/reference.h"
 #include "gpu_tests.h"
-#include "kernels/gemm_engine.h"
+#include "kernels/gemm/gemm_engine.h"
 #include "../harness.h"
 
 #define RUNS 3

@@ -1,6 +1,6 @@
-/* The GEMM engine's tile configs: the one list (an X-macro) from which gemm_engine.cu builds both
- * the host's policy table and the table of kernel instantiations, so the two cannot disagree;
- * and the measured policy table.
+/* The GEMM engine's tile configs: the one list (an X-macro) from which both the host's policy
+ * table (policy.c) and the table of kernel instantiations (instantiate.cuh, one inst_*.cu per A
+ * source and B layout) are built, so the two cannot disagree; and the measured policy table.
  *
  * X(bm, bn, stages, wgn, cluster, sk, pick, eff, name), in index order (the index is what
  * agmm_gemm_desc.config and the lab's --configs name; append, never reorder):
@@ -10,14 +10,16 @@
  *            m64 wgmmas per K step of 16), 2 by columns (bm = 64 rows, bn/2 columns each)
  *   cluster  2: pairs of CTAs on vertically adjacent tiles share B through TMA multicast
  *   sk       1: split tail: the tiles of the last waves are cut into K pieces that other SMs
- *            compute, summed through an fp32 workspace (gemm_engine.cu, plan_split_tail)
+ *            compute, summed through an fp32 workspace (policy.c, agmm_gemm_plan_split_tail;
+ *            epilogue.cuh, sk_fixup)
  *   pick     1: the cost model may choose it; 0: only by index (lab, tests) or by name from the
  *            measured table below
  *   eff      FLOP rate relative to 128x256 at full waves, for the cost model: 0.80 for 128x128
  *            measured with bench/gemm_lab on an H200, 0.60 for 128x64 estimated; the rest are
  *            guesses until measured. The numbers only rank configs against each other.
- * The B-multicast pairs (/c2) are correct but measured 1.3-1.5x slower than the same tile without
- * (docs/gemm_engine.md). Configs 5-9 are chosen only through the measured table below (pick 0):
+ * The B-multicast pairs (/c2) run at 1.00-1.07x the time of the same tile without a cluster
+ * since the consumers' remote arrive dropped .release.cluster (hopper_ptx.cuh; before: 1.5-2.6x),
+ * so they are still not picked (docs/gemm_engine.md). Configs 5-9 are chosen only through the measured table below (pick 0):
  * none beats the others everywhere, and the cost model's eff numbers do not rank them well. */
 #ifndef AGMM_KERNELS_GEMM_CONFIGS_H
 #define AGMM_KERNELS_GEMM_CONFIGS_H
@@ -35,7 +37,7 @@
     X(128, 256, 4, 1, 1, 1, 0, 1.00, "128x256x64/s4/sk")
 
 /* The measured policy: X(rows, n, k, "config name") per measured shape, the fastest config there.
- * A plan whose shape lies near one of them (gemm_engine.cu, measured_config) and that has the
+ * A plan whose shape lies near one of them (policy.c, agmm_gemm_policy_measured) and that has the
  * whole GPU takes that config; elsewhere the cost model picks among the pick = 1 configs. Empty
  * until measured. To regenerate from a lab run on the GPU machine:
  *     gemm-lab --configs all --csv lab.csv            (every config forced, every shape)

@@ -3,15 +3,19 @@
  * (K x N contiguous), C row-major, fp32 accumulation, bf16 out.
  *
  * It is also the GEMM half of the fused all-gather matmul: tiles are visited in core/schedule.h's
- * order, and each tile can (1) wait on its chunk's flag (acquire, bounded) before its A
- * is loaded and (2) read A either from the gathered buffer or from the rank's own shard. In pull
- * mode (the `pull` backend) it is the whole all-gather matmul: peers' tiles are read from their
- * shards directly, after their ready flags, and the gathered A is written as a by-product.
- * A plain GEMM is the schedule with nranks = 1, splits = 1 and no flags.
+ * order, and each tile can (1) wait on its chunk's flag (acquire, bounded) before its A is loaded
+ * and (2) read A either from the gathered buffer or from the rank's own shard. In pull mode (the
+ * `pull` backend) it is the whole all-gather matmul: peers' tiles are read from their shards
+ * directly, after their ready flags, and the gathered A is written as a by-product. A plain GEMM
+ * is the schedule with nranks = 1, splits = 1 and no flags. Where A comes from is the kernel's A
+ * source (src/kernels/gemm/a_source.cuh); docs/gemm_engine.md has the layout of the folder.
  *
- * Plain C11 (usable from host C code); the kernels live in gemm_engine.cu. */
-#ifndef AGMM_KERNELS_GEMM_ENGINE_H
-#define AGMM_KERNELS_GEMM_ENGINE_H
+ * Errors: every call that can fail records why in *err (core/error.h, the first cause kept) and
+ * returns its status; a message names the argument and what is allowed.
+ *
+ * Plain C11 (usable from host C code); CUDA builds only. */
+#ifndef AGMM_KERNELS_GEMM_GEMM_ENGINE_H
+#define AGMM_KERNELS_GEMM_GEMM_ENGINE_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -19,7 +23,9 @@
 #include <cuda_runtime_api.h>
 
 #include "agmm.h"
+#include "core/error.h"
 #include "kernels/dev_error.h"
+#include "kernels/gemm/policy.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -50,9 +56,10 @@ typedef struct {
      * never waits. Reset: when the last CTA of a run has passed its waits it puts every flag and
      * the count back to 0, so the writers may raise the same constant every run (a CUDA graph
      * replays it) and must raise a flag only after the run before has completed. NULL: no waits.
-     * dev_error: where an expired wait is recorded (host-mapped, required with flags; the caller
+     * dev_error: where an expired wait is recorded (host-mapped, required with waits; the caller
      * clears it between runs: a non-zero record makes every wait give up at once); timeout_ns:
-     * the bound (0: 5 s). */
+     * the bound of every wait, the world's timeout (required, > 0, with waits: chunk flags, or
+     * pull mode with several ranks; the engine has no default). */
     uint32_t *chunk_flags;
     agmm_dev_error *dev_error;
     uint64_t timeout_ns;
@@ -71,28 +78,31 @@ typedef struct {
      * writes it: the epoch, once p has read r's shard for the last time in that run). The
      * kernel ends with that closing barrier: it returns only when every peer has finished
      * reading this rank's shard. NULL (and no waits, no barrier) with nranks = 1. Needs
-     * dev_error with nranks > 1. */
+     * dev_error and timeout_ns with nranks > 1. */
     int pull;
     uint32_t *const *signals;
     int max_ctas;         /* SM budget for the persistent grid; 0: every SM of the device */
     int config;           /* tile config index (agmm_gemm_config_name), -1: the policy picks (the
                            * measured table of gemm_configs.h near a measured shape with the whole
-                           * GPU, else the cost model) */
+                           * GPU, else the cost model: policy.h) */
 } agmm_gemm_desc;
 
 /* Validates desc, picks a tile config, encodes the TMA descriptors of the given pointers and
- * sets the kernel's shared-memory limit (split-tail configs: also allocates their workspace). Not collective; no stream work; host-blocking only
- * for attribute calls. On failure *out = NULL and err (if errlen > 0) names the reason.
- * Statuses: AGMM_ERR_INVALID_ARG (shape, alignment, missing dev_error), AGMM_ERR_UNSUPPORTED
- * (row-major B with n % 8 != 0, not an sm_90 device), AGMM_ERR_NO_MEMORY, AGMM_ERR_CUDA. */
-agmm_status agmm_gemm_plan_create(agmm_gemm_plan **out, const agmm_gemm_desc *desc, char *err, size_t errlen);
+ * sets the kernel's shared-memory limit (split-tail configs: also allocates their workspace; pull
+ * mode: its map slots and counters). Not collective; no stream work; host-blocking only for
+ * attribute calls and allocations. On failure *out = NULL and *err says why. Statuses:
+ * AGMM_ERR_INVALID_ARG (shape, alignment, a wait without dev_error or timeout_ns, config out of
+ * range), AGMM_ERR_UNSUPPORTED (row-major B with n % 8 != 0, dimensions past 2^31, not an sm_90
+ * device), AGMM_ERR_NO_MEMORY, AGMM_ERR_CUDA. */
+agmm_status agmm_gemm_plan_create(agmm_gemm_plan **out, const agmm_gemm_desc *desc, agmm_error *err);
 
 /* Replaces operand pointers; a NULL argument keeps the current one (a plan made without
  * a_local gains one: from then on local tiles read it). Re-encodes only the descriptors whose
- * pointer changed: a host-only call of about a microsecond each, no device
- * work; runs pass descriptors by value, so runs already enqueued are unaffected. */
+ * pointer changed: a host-only call of about a microsecond each, no device work; runs pass
+ * descriptors by value, so runs already enqueued are unaffected. AGMM_ERR_INVALID_ARG for a
+ * misaligned pointer (named), AGMM_ERR_CUDA if the driver refuses a descriptor. */
 agmm_status agmm_gemm_plan_set_ptrs(agmm_gemm_plan *plan, const void *a, const void *a_local, const void *b,
-                                    void *c, char *err, size_t errlen);
+                                    void *c, agmm_error *err);
 
 /* Pull mode: the shard of every rank as this rank addresses it, for the runs enqueued from now
  * on (peers[rank] is its own, which local tiles do not read through: they read a_local). The
@@ -106,34 +116,31 @@ agmm_status agmm_gemm_plan_set_ptrs(agmm_gemm_plan *plan, const void *a, const v
  * same bytes) when work outside that graph first uses it. No host wait. AGMM_ERR_INVALID_ARG for
  * a plan not in pull mode or a misaligned pointer; AGMM_ERR_UNSUPPORTED for a new set when
  * captures hold every slot; AGMM_ERR_CUDA. */
-agmm_status agmm_gemm_plan_set_peers(agmm_gemm_plan *plan, const void *const *peers, cudaStream_t stream, char *err,
-                                     size_t errlen);
+agmm_status agmm_gemm_plan_set_peers(agmm_gemm_plan *plan, const void *const *peers, cudaStream_t stream,
+                                     agmm_error *err);
 
 /* Enqueues one GEMM on `stream`. ready: the value the chunk flags must reach (fused raises them
  * to 1; ignored without flags, and in pull mode, whose epochs live on the device). A plan's runs
  * must not overlap in time (enqueue them on one stream, or order them): split-tail configs keep a
  * workspace in the plan, the flags are reset and pull's epoch word advanced at the end of each
- * run. Returns AGMM_ERR_CUDA if the launch fails, AGMM_ERR_INVALID_ARG if a pointer (or in pull
- * mode the peers) is still missing. An expired wait does not fail the call: the kernel records
- * it in dev_error, stops waiting, finishes (with whatever the late chunk held) and the caller
- * reports it. */
-agmm_status agmm_gemm_run(agmm_gemm_plan *plan, uint32_t ready, cudaStream_t stream);
+ * run. AGMM_ERR_INVALID_ARG when an operand (named), or in pull mode the peers, is still
+ * missing; AGMM_ERR_CUDA when the launch fails (the runtime's error). An expired wait does not
+ * fail the call: the kernel records it in dev_error, stops waiting, finishes (with whatever the
+ * late chunk held) and the caller reports it. */
+agmm_status agmm_gemm_run(agmm_gemm_plan *plan, uint32_t ready, cudaStream_t stream, agmm_error *err);
 
 /* Test hook: from the next run on, each CTA's producer starts its loads delay_ns after the CTA
  * starts (0: at once). In pull mode the rank's ready word still goes up at the kernel's start,
  * so the rank becomes a slow reader of its peers' shards. Host only; between runs. */
 void agmm_gemm_plan_set_delay(agmm_gemm_plan *plan, uint64_t delay_ns);
 
+/* NULL-safe; frees the plan's device memory (no stream work may still use the plan). */
 void agmm_gemm_plan_destroy(agmm_gemm_plan *plan);
 
-/* "128x256 s4 ctas=132 tiles=1024": what the plan runs (for logs and the lab). */
+/* "128x256x64/s4 ctas=132 tiles=1024": what the plan runs (for logs and the lab). */
 const char *agmm_gemm_plan_describe(const agmm_gemm_plan *plan);
-
-/* The tile configs of the policy table: count, and a name such as "128x256x64/s4". */
-int agmm_gemm_num_configs(void);
-const char *agmm_gemm_config_name(int config);
 
 #ifdef __cplusplus
 }
 #endif
-#endif /* AGMM_KERNELS_GEMM_ENGINE_H */
+#endif /* AGMM_KERNELS_GEMM_GEMM_ENGINE_H */

@@ -1,0 +1,5 @@
+/* Kernel table row (kernels.h): A from the peers' shards (pull); B column-major. */
+#define GEMM_INST_SOURCE a_peers
+#define GEMM_INST_B_MN 0
+#define GEMM_INST_TABLE agmm_gemm_kernels_peers_bcol
+#include "kernels/gemm/instantiate.cuh"

@@ -1,0 +1,316 @@
+/* The GEMM engine's plans (gemm_engine.h): the descriptor's checks, the config (policy.h) and
+ * kernel (kernels.h) a plan runs, its grid, its operands' tensor maps, and the launch. */
+#ifdef AGMM_HAVE_CUDA
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/cuda_check.h"
+#include "kernels/gemm/plan_impl.h"
+
+/* The kernel table (kernels.h), by A source and B layout. */
+static const agmm_gemm_kernel *const k_kernels[GEMM_A_SOURCES][2] = {
+    [GEMM_A_PLAIN] = {agmm_gemm_kernels_plain_bcol, agmm_gemm_kernels_plain_brow},
+    [GEMM_A_CHUNKS] = {agmm_gemm_kernels_chunks_bcol, agmm_gemm_kernels_chunks_brow},
+    [GEMM_A_PEERS] = {agmm_gemm_kernels_peers_bcol, agmm_gemm_kernels_peers_brow},
+};
+
+/* Every argument the engine takes from its caller, checked before anything is allocated; each
+ * message names the argument and what is allowed. */
+static agmm_status check_desc(const agmm_gemm_desc *d, agmm_error *err)
+{
+    if (d->m < 1 || d->n < 1)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
+                         "gemm engine: m=%lld, n=%lld: rows per rank and columns must be >= 1", (long long)d->m,
+                         (long long)d->n);
+    if (d->k < 8 || d->k % 8 != 0)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
+                         "gemm engine: K=%lld is not a positive multiple of 8: rows of A must be 16-byte aligned "
+                         "for TMA",
+                         (long long)d->k);
+    if (d->nranks < 1 || d->rank < 0 || d->rank >= d->nranks)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "gemm engine: rank=%d of nranks=%d: needs 0 <= rank < nranks",
+                         d->rank, d->nranks);
+    if (d->splits < 1 || d->splits > d->m)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "gemm engine: splits=%d: must be 1..m (m=%lld)", d->splits,
+                         (long long)d->m);
+    if (d->b_layout != AGMM_LAYOUT_COL_MAJOR && d->b_layout != AGMM_LAYOUT_ROW_MAJOR)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "gemm engine: b_layout=%d: must be column- or row-major",
+                         (int)d->b_layout);
+    if (d->b_layout == AGMM_LAYOUT_ROW_MAJOR && d->n % 8 != 0)
+        return AGMM_FAIL(err, AGMM_ERR_UNSUPPORTED,
+                         "gemm engine: N=%lld: a row-major B needs N %% 8 == 0 (16-byte rows for TMA)",
+                         (long long)d->n);
+    if (d->nranks * d->m > INT32_MAX || d->n > INT32_MAX || d->k > INT32_MAX)
+        return AGMM_FAIL(err, AGMM_ERR_UNSUPPORTED,
+                         "gemm engine: nranks*m=%lld, n=%lld, k=%lld: dimensions past 2^31 are not supported",
+                         (long long)(d->nranks * d->m), (long long)d->n, (long long)d->k);
+    if (d->pull && (d->chunk_flags || d->nranks > AGMM_MAX_RANKS))
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
+                         "gemm engine: pull mode takes no chunk_flags and at most %d ranks (chunk_flags=%p, nranks=%d)",
+                         AGMM_MAX_RANKS, (void *)d->chunk_flags, d->nranks);
+    if (d->pull && d->nranks > 1 && !d->signals)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "gemm engine: pull mode with %d ranks needs the signals table",
+                         d->nranks);
+    /* The waits: chunk flags, or pull's ready words and closing barrier. */
+    const int waits = d->chunk_flags || (d->pull && d->nranks > 1);
+    if (waits && !d->dev_error)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
+                         "gemm engine: dev_error is NULL: %s wait%s, and an expired wait is recorded there",
+                         d->chunk_flags ? "chunk flags" : "pull mode's peers",
+                         d->chunk_flags ? "" : " for their shards");
+    if (waits && d->timeout_ns == 0)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
+                         "gemm engine: timeout_ns=0: %s wait for peers, bounded by the world's timeout (> 0); the "
+                         "engine has no default",
+                         d->chunk_flags ? "chunk flags" : "pull mode's ready words and closing barrier");
+    if (d->config < -1 || d->config >= agmm_gemm_num_configs())
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
+                         "gemm engine: config=%d: not a tile config (0..%d, or -1: the policy chooses)", d->config,
+                         agmm_gemm_num_configs() - 1);
+    return AGMM_SUCCESS;
+}
+
+static int misaligned(const void *p)
+{
+    return ((uintptr_t)p & 15u) != 0;
+}
+
+/* The launch of the plan's kernel on `ctas` CTAs (clusters of the config's size). */
+static void launch_config(const agmm_gemm_plan *pl, cudaLaunchConfig_t *cfg, cudaLaunchAttribute *attr, int ctas,
+                          cudaStream_t stream)
+{
+    memset(cfg, 0, sizeof *cfg);
+    memset(attr, 0, sizeof *attr);
+    cfg->gridDim = (dim3){(unsigned)ctas, 1, 1};
+    cfg->blockDim = (dim3){GEMM_THREADS, 1, 1};
+    cfg->dynamicSmemBytes = pl->kernel->smem_bytes;
+    cfg->stream = stream;
+    attr->id = cudaLaunchAttributeClusterDimension;
+    attr->val.clusterDim.x = (unsigned)pl->config->cluster;
+    attr->val.clusterDim.y = 1;
+    attr->val.clusterDim.z = 1;
+    cfg->attrs = attr;
+    cfg->numAttrs = 1;
+}
+
+/* The loads' A (plain and chunks sources); NULL for pull, whose `a` is written. */
+static gemm_a_plain *plain_of(agmm_gemm_plan *pl)
+{
+    if (pl->source == GEMM_A_PLAIN)
+        return &pl->params.a.plain;
+    return pl->source == GEMM_A_CHUNKS ? &pl->params.a.chunks.a : NULL;
+}
+
+agmm_status agmm_gemm_plan_set_ptrs(agmm_gemm_plan *pl, const void *a, const void *a_local, const void *b, void *c,
+                                    agmm_error *err)
+{
+    agmm_status st = AGMM_SUCCESS;
+    agmm_gemm_desc *d = &pl->desc;
+    gemm_core *core = &pl->params.core;
+    gemm_a_plain *plain = plain_of(pl);
+    const uint32_t bm = (uint32_t)pl->config->bm, bn = (uint32_t)pl->config->bn;
+    const void *ops[4] = {a, a_local, b, c};
+    static const char *const names[4] = {"a", "a_local", "b", "c"};
+    for (int i = 0; i < 4; i++)
+        if (misaligned(ops[i]))
+            return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
+                             "gemm engine: %s=%p is not 16-byte aligned: TMA and the engine's stores need 16-byte "
+                             "aligned operands",
+                             names[i], ops[i]);
+    if (a && a != d->a) {
+        /* Pull mode stores to the gathered A, one shard's block at a time. */
+        if (plain)
+            AGMM_TRY(st, agmm_gemm_tma_matrix(pl, &plain->map_a, a, (uint64_t)d->k, (uint64_t)(d->nranks * d->m),
+                                              GEMM_BK, bm, "A", err));
+        else
+            AGMM_TRY(st, agmm_gemm_tma_blocks(pl, &pl->params.a.peers.map_store, a, (uint64_t)d->k, (uint64_t)d->m,
+                                              (uint64_t)d->nranks, GEMM_BK, bm, "gathered A (store)", err));
+        d->a = a;
+    }
+    if (a_local && a_local != d->a_local) {
+        CUtensorMap *map = plain ? &plain->map_shard : &pl->params.a.peers.map_shard;
+        AGMM_TRY(st,
+                 agmm_gemm_tma_matrix(pl, map, a_local, (uint64_t)d->k, (uint64_t)d->m, GEMM_BK, bm, "A shard", err));
+        if (plain)
+            plain->has_shard = 1;
+        else
+            pl->params.a.peers.has_shard = 1;
+        d->a_local = a_local;
+    }
+    if (b && b != d->b) {
+        if (d->b_layout == AGMM_LAYOUT_COL_MAJOR) { /* B^T: n rows of k */
+            AGMM_TRY(st, agmm_gemm_tma_matrix(pl, &core->map_b, b, (uint64_t)d->k, (uint64_t)d->n, GEMM_BK, bn,
+                                              "B^T", err));
+            if (pl->config->cluster == 2)
+                AGMM_TRY(st, agmm_gemm_tma_matrix(pl, &core->map_b_half, b, (uint64_t)d->k, (uint64_t)d->n, GEMM_BK,
+                                                  bn / 2, "B^T half", err));
+        } else { /* B: k rows of n, loaded in 64 x 64 boxes (128 B of n per box row) */
+            AGMM_TRY(st,
+                     agmm_gemm_tma_matrix(pl, &core->map_b, b, (uint64_t)d->n, (uint64_t)d->k, 64, GEMM_BK, "B", err));
+        }
+        d->b = b;
+    }
+    if (c) {
+        d->c = c;
+        core->c = (uint16_t *)c;
+    }
+fail:
+    return st;
+}
+
+void agmm_gemm_plan_set_delay(agmm_gemm_plan *pl, uint64_t delay_ns)
+{
+    pl->params.core.delay_ns = delay_ns;
+}
+
+/* Split-tail configs: the plan of policy.h and its workspace (fp32 partials of every piece, then
+ * 8 counters per split tile, zero). Returns the units. */
+static agmm_status plan_split(agmm_gemm_plan *pl, int budget, int64_t *units, char *what, size_t len, agmm_error *err)
+{
+    agmm_status st = AGMM_SUCCESS;
+    gemm_core *p = &pl->params.core;
+    agmm_gemm_plan_split_tail(pl->tiles, budget, p->k_blocks, &p->sk_first, &p->sk_split);
+    const int64_t sk_tiles = pl->tiles - p->sk_first;
+    *units = p->sk_first + sk_tiles * p->sk_split;
+    if (sk_tiles) {
+        const size_t ws_bytes = (size_t)sk_tiles * p->sk_split * pl->config->bm * pl->config->bn * 4;
+        const size_t ctr_bytes = (size_t)sk_tiles * 8 * 4;
+        AGMM_CUDA_TRY(st, err, cudaMalloc(&pl->sk_ws, ws_bytes + ctr_bytes));
+        AGMM_CUDA_TRY(st, err, cudaMemset((char *)pl->sk_ws + ws_bytes, 0, ctr_bytes));
+        p->sk_ws = (float *)pl->sk_ws;
+        p->sk_ctr = (uint32_t *)((char *)pl->sk_ws + ws_bytes);
+    }
+    snprintf(what, len, " split=%lldx%d", (long long)sk_tiles, p->sk_split);
+fail:
+    return st;
+}
+
+/* Cluster pairs: an even grid, no more pairs than can be resident at once (a persistent CTA
+ * that waits for a free SM would only add a tail). */
+static agmm_status pair_grid(agmm_gemm_plan *pl, int budget, agmm_error *err)
+{
+    int max_clusters = 0;
+    cudaLaunchConfig_t cfg;
+    cudaLaunchAttribute attr;
+    launch_config(pl, &cfg, &attr, budget & ~1, 0);
+    cudaError_t ce = cudaOccupancyMaxActiveClusters(&max_clusters, pl->kernel->fn, &cfg);
+    if (ce != cudaSuccess || max_clusters < 1)
+        return AGMM_FAIL(err, AGMM_ERR_CUDA, "gemm engine: cudaOccupancyMaxActiveClusters(%s) -> %s (%d clusters)",
+                         pl->config->name, cudaGetErrorString(ce), max_clusters);
+    pl->ctas = (int)((pl->tiles + 1) & ~1LL);
+    if (pl->ctas > (budget & ~1))
+        pl->ctas = budget & ~1;
+    if (pl->ctas > 2 * max_clusters)
+        pl->ctas = 2 * max_clusters;
+    return AGMM_SUCCESS;
+}
+
+agmm_status agmm_gemm_plan_create(agmm_gemm_plan **out, const agmm_gemm_desc *d, agmm_error *err)
+{
+    agmm_status st = AGMM_SUCCESS;
+    agmm_gemm_plan *pl = NULL;
+    *out = NULL;
+    AGMM_TRY(st, check_desc(d, err));
+    int dev = 0, sms = 0, major = 0;
+    AGMM_CUDA_TRY(st, err, cudaGetDevice(&dev));
+    AGMM_CUDA_TRY(st, err, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    AGMM_CUDA_TRY(st, err, cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    if (major != 9)
+        return AGMM_FAIL(err, AGMM_ERR_UNSUPPORTED, "gemm engine: needs an sm_90 GPU (this one is sm_%d)", major * 10);
+
+    pl = calloc(1, sizeof *pl);
+    if (!pl)
+        return AGMM_FAIL(err, AGMM_ERR_NO_MEMORY, "gemm engine: out of host memory for a plan");
+    AGMM_TRY(st, agmm_gemm_tma_init(pl, err));
+
+    const int budget = d->max_ctas > 0 && d->max_ctas < sms ? d->max_ctas : sms;
+    const agmm_gemm_problem pb = {.m = d->m, .n = d->n, .k = d->k, .nranks = d->nranks, .rank = d->rank,
+                                  .splits = d->splits, .ctas = budget, .sms = sms};
+    const int config = d->config >= 0 ? d->config : agmm_gemm_policy_choose(&pb);
+    pl->config = agmm_gemm_config_at(config);
+    if (pl->config->cluster == 2 && budget < 2) {
+        st = AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "gemm engine: config %s needs at least 2 CTAs (max_ctas=%d)",
+                       pl->config->name, d->max_ctas);
+        goto fail;
+    }
+    pl->source = d->pull ? GEMM_A_PEERS : d->chunk_flags ? GEMM_A_CHUNKS : GEMM_A_PLAIN;
+    const int b_mn = d->b_layout == AGMM_LAYOUT_ROW_MAJOR;
+    pl->kernel = &k_kernels[pl->source][b_mn][config];
+    AGMM_CUDA_TRY(st, err,
+                  cudaFuncSetAttribute(pl->kernel->fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)pl->kernel->smem_bytes));
+
+    pl->desc = *d;
+    pl->desc.a = pl->desc.a_local = pl->desc.b = NULL;
+    pl->desc.c = NULL;
+    if (pl->source == GEMM_A_PEERS)
+        AGMM_TRY(st, agmm_gemm_pull_create(pl, err));
+    if (pl->source == GEMM_A_CHUNKS) {
+        gemm_a_chunks *ch = &pl->params.a.chunks;
+        ch->flags = d->chunk_flags;
+        ch->wait.err = d->dev_error;
+        ch->wait.timeout_ns = d->timeout_ns;
+    }
+    gemm_core *p = &pl->params.core;
+    agmm_gemm_sched_fill(&p->sched, &pb, pl->config);
+    pl->tiles = agmm_sched_num_tiles(&p->sched);
+    p->n = d->n;
+    p->k_blocks = (int)((d->k + GEMM_BK - 1) / GEMM_BK);
+    p->sk_first = pl->tiles;
+    p->sk_split = 1;
+    int64_t units = pl->tiles;
+    char split[48] = "";
+    if (pl->config->sk)
+        AGMM_TRY(st, plan_split(pl, budget, &units, split, sizeof split, err));
+    pl->ctas = (int)(units < budget ? units : budget);
+    if (pl->config->cluster == 2)
+        AGMM_TRY(st, pair_grid(pl, budget, err));
+    AGMM_TRY(st, agmm_gemm_plan_set_ptrs(pl, d->a, d->a_local, d->b, d->c, err));
+    snprintf(pl->name, sizeof pl->name, "%s%s ctas=%d tiles=%lld%s%s", pl->config->name, b_mn ? " B-row" : "",
+             pl->ctas, (long long)pl->tiles, split, d->pull ? " pull" : "");
+    *out = pl;
+    return AGMM_SUCCESS;
+fail:
+    agmm_gemm_plan_destroy(pl);
+    return st;
+}
+
+agmm_status agmm_gemm_run(agmm_gemm_plan *pl, uint32_t ready, cudaStream_t stream, agmm_error *err)
+{
+    agmm_status st = AGMM_SUCCESS;
+    const agmm_gemm_desc *d = &pl->desc;
+    const char *missing = !d->a ? "a" : !d->b ? "b" : !d->c ? "c" : NULL;
+    if (missing)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
+                         "gemm engine: operand %s is not set: give it at plan creation or with agmm_gemm_plan_set_ptrs",
+                         missing);
+    if (pl->source == GEMM_A_PEERS && !pl->params.a.peers.peer_maps)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
+                         "gemm engine: pull mode has no peers' shards yet: call agmm_gemm_plan_set_peers first");
+    if (pl->source == GEMM_A_CHUNKS)
+        pl->params.a.chunks.ready = ready;
+    void *args[] = {&pl->params};
+    cudaLaunchConfig_t cfg;
+    cudaLaunchAttribute attr;
+    launch_config(pl, &cfg, &attr, pl->ctas, stream);
+    AGMM_CUDA_TRY(st, err, cudaLaunchKernelExC(&cfg, pl->kernel->fn, args));
+    AGMM_CUDA_TRY(st, err, cudaGetLastError());
+fail:
+    return st;
+}
+
+void agmm_gemm_plan_destroy(agmm_gemm_plan *pl)
+{
+    if (!pl)
+        return;
+    cudaFree(pl->sk_ws);
+    cudaFree(pl->pull_dev);
+    free(pl);
+}
+
+const char *agmm_gemm_plan_describe(const agmm_gemm_plan *pl)
+{
+    return pl ? pl->name : "(null)";
+}
+#endif /* AGMM_HAVE_CUDA */

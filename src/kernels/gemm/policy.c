@@ -1,0 +1,130 @@
+/* The GEMM engine's config policy (policy.h). */
+#include "kernels/gemm/policy.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "kernels/gemm/gemm_configs.h"
+
+#define GROUP_M 8      /* row tiles per L2 group (even: cluster pairs share columns) */
+#define K_OVERHEAD 192 /* per-tile fixed cost (pipeline fill, epilogue) in units of K */
+
+#define CONFIG_ROW(bm, bn, st, wgn, cl, sk, pick, eff, name) {bm, bn, st, wgn, cl, sk, pick, eff, name},
+static const agmm_gemm_config k_configs[] = {AGMM_GEMM_CONFIGS(CONFIG_ROW)};
+#undef CONFIG_ROW
+#define NUM_CONFIGS ((int)(sizeof k_configs / sizeof k_configs[0]))
+
+typedef struct {
+    double rows, n, k;
+    const char *name;
+} measured_row;
+#define MEASURED_ROW(rows, n, k, name) {rows, n, k, name},
+static const measured_row k_measured[] = {AGMM_GEMM_MEASURED(MEASURED_ROW){0, 0, 0, NULL}};
+#undef MEASURED_ROW
+
+int agmm_gemm_num_configs(void)
+{
+    return NUM_CONFIGS;
+}
+
+const agmm_gemm_config *agmm_gemm_config_at(int config)
+{
+    return config >= 0 && config < NUM_CONFIGS ? &k_configs[config] : NULL;
+}
+
+const char *agmm_gemm_config_name(int config)
+{
+    return config >= 0 && config < NUM_CONFIGS ? k_configs[config].name : "?";
+}
+
+int agmm_gemm_config_find(const char *name)
+{
+    for (int c = 0; name && c < NUM_CONFIGS; c++)
+        if (!strcmp(k_configs[c].name, name))
+            return c;
+    return -1;
+}
+
+void agmm_gemm_sched_fill(agmm_sched *s, const agmm_gemm_problem *pb, const agmm_gemm_config *c)
+{
+    memset(s, 0, sizeof *s);
+    s->m = pb->m;
+    s->n = pb->n;
+    s->nranks = pb->nranks;
+    s->rank = pb->rank;
+    s->splits = pb->splits;
+    s->bm = c->bm;
+    s->bn = c->bn;
+    s->group_m = GROUP_M;
+    agmm_sched_init(s);
+}
+
+int agmm_gemm_policy_model(const agmm_gemm_problem *pb)
+{
+    int best = -1;
+    double best_cost = 0;
+    for (int c = 0; c < NUM_CONFIGS; c++) {
+        const agmm_gemm_config *tc = &k_configs[c];
+        if (!tc->pick || (tc->cluster == 2 && pb->ctas < 2))
+            continue;
+        agmm_sched s;
+        agmm_gemm_sched_fill(&s, pb, tc);
+        const int64_t tiles = agmm_sched_num_tiles(&s);
+        const int64_t waves = (tiles + pb->ctas - 1) / pb->ctas;
+        const double cost = (double)waves * (tc->bm / 128.0) * tc->bn * (double)(pb->k + K_OVERHEAD) / tc->eff;
+        if (best < 0 || cost < best_cost * 0.98) {
+            best = c;
+            best_cost = cost;
+        }
+    }
+    return best;
+}
+
+int agmm_gemm_policy_measured(const agmm_gemm_problem *pb)
+{
+    if (pb->ctas < pb->sms - 1)
+        return -1;
+    const double rows = (double)(pb->nranks * pb->m), n = (double)pb->n, k = (double)pb->k;
+    const measured_row *best = NULL;
+    double best_dist = AGMM_GEMM_MEASURED_RADIUS;
+    for (const measured_row *r = k_measured; r->name; r++) {
+        const double dist = fabs(log2(rows / r->rows)) + fabs(log2(n / r->n)) + fabs(log2(k / r->k));
+        if (dist <= best_dist) {
+            best = r;
+            best_dist = dist;
+        }
+    }
+    return best ? agmm_gemm_config_find(best->name) : -1;
+}
+
+int agmm_gemm_policy_choose(const agmm_gemm_problem *pb)
+{
+    const int c = agmm_gemm_policy_measured(pb);
+    return c >= 0 ? c : agmm_gemm_policy_model(pb);
+}
+
+/* Cutting the last r + j*ctas tiles (r = tiles % ctas, j = 0 or 1) into s pieces turns j + 1
+ * rounds of whole tiles into ceil((r + j*ctas) * s / ctas) rounds of ceil(KB/s) K blocks, plus
+ * the fix-up (the last piece writes its partials and reads all s back: modelled as 1 + s K blocks,
+ * unmeasured). The best gain wins. */
+void agmm_gemm_plan_split_tail(int64_t tiles, int ctas, int k_blocks, int64_t *first, int *split)
+{
+    *first = tiles;
+    *split = 1;
+    const int64_t r = tiles % ctas;
+    double best_gain = 0;
+    for (int j = 0; j <= 1 && r; j++) {
+        const int64_t sk_tiles = r + (int64_t)j * ctas;
+        if (sk_tiles > tiles)
+            break;
+        for (int s = 2; s <= AGMM_GEMM_SPLIT_MAX && s <= k_blocks; s++) {
+            const int64_t rounds = (sk_tiles * s + ctas - 1) / ctas;
+            const double gain = (double)(j + 1) * k_blocks - (double)rounds * ((k_blocks + s - 1) / s + 1 + s);
+            if (gain > best_gain) {
+                best_gain = gain;
+                *first = tiles - sk_tiles;
+                *split = s;
+            }
+        }
+    }
+}

@@ -1,0 +1,65 @@
+/* The GEMM engine's config policy (plain C, no CUDA: `make CUDA=0` builds it and `make test`
+ * tests it): the table of tile configs (gemm_configs.h's list), the choice of one for a problem
+ * (the measured table near a measured shape, else the cost model), the schedule a config gives,
+ * and the split-tail plan. Pure functions of their arguments. */
+#ifndef AGMM_KERNELS_GEMM_POLICY_H
+#define AGMM_KERNELS_GEMM_POLICY_H
+
+#include <stdint.h>
+
+#include "core/schedule.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One row of gemm_configs.h (which documents the fields). */
+typedef struct {
+    int bm, bn, stages, wgn, cluster, sk;
+    int pick;
+    double eff;
+    const char *name;
+} agmm_gemm_config;
+
+/* What the policy decides from: the engine's schedule (core/schedule.h) and the grid it may have. */
+typedef struct {
+    int64_t m;  /* rows per rank */
+    int64_t n, k;
+    int nranks, rank, splits;
+    int ctas;   /* the SM budget: CTAs the persistent grid may take */
+    int sms;    /* the device's SMs */
+} agmm_gemm_problem;
+
+/* The configs, in gemm_configs.h's order (their index is agmm_gemm_desc.config). */
+int agmm_gemm_num_configs(void);
+/* Config `config`, or NULL out of range. */
+const agmm_gemm_config *agmm_gemm_config_at(int config);
+/* "128x256x64/s4"; "?" out of range. */
+const char *agmm_gemm_config_name(int config);
+/* The index of the config called `name`, or -1. */
+int agmm_gemm_config_find(const char *name);
+
+/* The schedule of pb's problem in tiles of config c (group_m: the policy's L2 grouping). */
+void agmm_gemm_sched_fill(agmm_sched *s, const agmm_gemm_problem *pb, const agmm_gemm_config *c);
+
+/* The cost model's config: the pick = 1 config whose last wave ends first (waves x the cost of one
+ * tile; ties within 2% go to the earlier, larger tile), skipping cluster configs below 2 CTAs. */
+int agmm_gemm_policy_model(const agmm_gemm_problem *pb);
+/* The measured table's config (gemm_configs.h): that of the nearest measured shape within
+ * AGMM_GEMM_MEASURED_RADIUS, when the plan has the whole GPU as when it was measured (or all but
+ * the one SM that fused leaves free); -1 when none applies. */
+int agmm_gemm_policy_measured(const agmm_gemm_problem *pb);
+/* The policy: measured, else the model. */
+int agmm_gemm_policy_choose(const agmm_gemm_problem *pb);
+
+/* Split-tail configs: which tiles of the last waves to cut into how many K pieces. On return,
+ * tiles [*first, tiles) are cut into *split pieces each; *first = tiles and *split = 1: none. */
+void agmm_gemm_plan_split_tail(int64_t tiles, int ctas, int k_blocks, int64_t *first, int *split);
+
+#define AGMM_GEMM_MEASURED_RADIUS 0.3 /* summed |log2| distance of rows, n and k */
+#define AGMM_GEMM_SPLIT_MAX 16        /* most K pieces a split tile is cut into */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* AGMM_KERNELS_GEMM_POLICY_H */

@@ -1,0 +1,99 @@
+/* The GEMM engine's tile scheduler (device code only): the per-CTA walk over units of work that
+ * the producer and the consumers both take, so that they meet the same tiles, K ranges and
+ * B-sharing decisions in the same order (the ring's phases depend on it: ring.cuh).
+ *
+ * CTA b takes units u = b, b + grid, ... A unit is tile u of core/schedule.h (local rank block
+ * first, chunks in order, groups of row tiles column-major for L2 reuse), except in split-tail
+ * configs (SK): the host (plan_split_tail, policy.c) picks the last tiles whose whole-tile
+ * rounds leave SMs idle and cuts each into sk_split K ranges, each a unit of its own on another
+ * SM. Units [0, sk_first) are the tiles of the same index; unit sk_first + v is piece
+ * v % sk_split of tile sk_first + v / sk_split, K blocks [piece*KB/split, (piece+1)*KB/split).
+ *
+ * Clusters of 2 (CL = 2): CTA rank r = idx & 1; the pair's tiles idx, idx ^ 1 are vertically
+ * adjacent in the grouped order, and when both exist and have the same columns they share B
+ * (b_loader.cuh: each CTA loads half and multicasts it to both). */
+#ifndef AGMM_KERNELS_GEMM_TILE_SCHED_CUH
+#define AGMM_KERNELS_GEMM_TILE_SCHED_CUH
+
+#include <stdint.h>
+
+#include "core/schedule.h"
+#include "kernels/gemm/params.h"
+
+/* One unit, as both roles need it. */
+struct tile_job {
+    int64_t row0;       /* first row of C (and of the gathered A) */
+    int col0, rows, cols; /* first column; rows and columns clipped to the chunk and to n */
+    int share;          /* B shared with the cluster partner */
+    int kb0, kb1;       /* the unit's K blocks */
+    int piece, sk;      /* split tail: the piece, and the tile's index among split tiles (-1: whole) */
+    /* For the A source: whose rows, at which row of that rank's shard, the chunk that holds them,
+     * and whether they are this rank's own. */
+    int64_t shard_row0;
+    int src_rank, chunk, local;
+};
+
+template <class Cfg>
+struct tile_walk {
+    const gemm_core &p;
+    int64_t ntiles, nunits;
+
+    __device__ __forceinline__ explicit tile_walk(const gemm_core &core)
+        : p(core), ntiles(agmm_sched_num_tiles(&core.sched)),
+          nunits(Cfg::SK ? core.sk_first + (ntiles - core.sk_first) * core.sk_split : ntiles)
+    {
+    }
+
+    /* Whether tile idx shares its B tile with the partner CTA's tile idx ^ 1. */
+    __device__ __forceinline__ int shares_b(int64_t idx, const agmm_tile &t) const
+    {
+        if (Cfg::CL == 1 || (idx | 1) >= ntiles)
+            return 0;
+        agmm_tile o;
+        agmm_sched_tile(&p.sched, idx ^ 1, &o);
+        return o.col0 == t.col0;
+    }
+
+    /* Unit u < nunits. */
+    __device__ __forceinline__ tile_job job(int64_t u) const
+    {
+        int64_t idx = u;
+        int kb0 = 0, kb1 = p.k_blocks, piece = 0, sk = -1;
+        if (Cfg::SK && u >= p.sk_first) {
+            const int64_t v = u - p.sk_first;
+            sk = (int)(v / p.sk_split);
+            piece = (int)(v - (int64_t)sk * p.sk_split);
+            idx = p.sk_first + sk;
+            kb0 = piece * p.k_blocks / p.sk_split;
+            kb1 = (piece + 1) * p.k_blocks / p.sk_split;
+        }
+        agmm_tile t;
+        agmm_sched_tile(&p.sched, idx, &t);
+        tile_job j;
+        j.row0 = t.row0;
+        j.col0 = (int)t.col0;
+        j.rows = t.rows;
+        j.cols = t.cols;
+        j.share = shares_b(idx, t);
+        j.kb0 = kb0;
+        j.kb1 = kb1;
+        j.piece = piece;
+        j.sk = sk;
+        j.shard_row0 = t.shard_row0;
+        j.src_rank = t.src_rank;
+        j.chunk = t.chunk;
+        j.local = t.local;
+        return j;
+    }
+
+    /* Unit u, or an empty job past the last one (the consumers look one unit ahead). */
+    __device__ __forceinline__ tile_job job_or_none(int64_t u) const
+    {
+        if (u < nunits)
+            return job(u);
+        tile_job j = {0, 0, 0, 0, 0, 0, 0, 0, -1, 0, 0, 0, 0};
+        return j;
+    }
+};
+
+#endif /* AGMM_KERNELS_GEMM_TILE_SCHED_CUH */

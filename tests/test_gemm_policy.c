@@ -1,0 +1,198 @@
+/* The GEMM engine's config policy (src/kernels/gemm/policy.h), without a GPU:
+ *   table     every config is one the kernels can be: whole 64 x 64 blocks per consumer, multicast
+ *             pairs only on 128-row tiles, names unique and found by name; out of range refused
+ *   measured  every name of the measured table is a config; each measured shape picks its own
+ *             config, a shape near one picks it, a far one or a partial GPU picks none
+ *   model     the cost model's picks on shapes whose answer is worked out by hand (small GEMMs get
+ *             small tiles, large ones 128 x 256), never a config it may not pick
+ *   split     the split-tail plan over thousands of (tiles, CTAs, K blocks): only the last round's
+ *             tiles (r or r + CTAs of them) are cut, into 2..16 pieces that partition K and that
+ *             the model says are faster; the two splits the GPU test relies on */
+#include <math.h>
+#include <string.h>
+
+#include "cpu_tests.h"
+#include "harness.h"
+#include "kernels/gemm/gemm_configs.h"
+#include "kernels/gemm/policy.h"
+
+#define SMS 132 /* an H200's */
+
+static agmm_gemm_problem problem(int nranks, int64_t m, int64_t n, int64_t k, int ctas)
+{
+    agmm_gemm_problem pb = {.m = m, .n = n, .k = k, .nranks = nranks, .rank = 0, .splits = 1, .ctas = ctas,
+                            .sms = SMS};
+    return pb;
+}
+
+void test_gemm_policy_table(void)
+{
+    const int n = agmm_gemm_num_configs();
+    int bad = 0, picks = 0;
+    char first[160] = "";
+    for (int c = 0; c < n; c++) {
+        const agmm_gemm_config *tc = agmm_gemm_config_at(c);
+        const int wm = tc->wgn == 1 ? tc->bm / 2 : tc->bm, wn = tc->bn / tc->wgn;
+        const int ok = (tc->wgn == 1 || tc->wgn == 2) && wm % 64 == 0 && wn % 64 == 0 && tc->stages >= 2 &&
+                       (tc->cluster == 1 || (tc->cluster == 2 && tc->bm == 128 && tc->wgn == 1 && tc->bn % 128 == 0 &&
+                                             !tc->sk)) &&
+                       tc->eff > 0 && tc->eff <= 1 && agmm_gemm_config_find(tc->name) == c &&
+                       !strcmp(agmm_gemm_config_name(c), tc->name);
+        picks += tc->pick && tc->cluster == 1;
+        if (!ok && bad++ == 0)
+            snprintf(first, sizeof first, " (first: config %d %s)", c, tc->name);
+    }
+    agmm_check(n >= 1 && bad == 0 && picks >= 1,
+               "gemm policy: %d configs, each with whole 64x64 blocks per consumer, multicast only on 128-row tiles, "
+               "a unique name found by agmm_gemm_config_find; %d the model may pick%s",
+               n, picks, first);
+    agmm_check(!agmm_gemm_config_at(-1) && !agmm_gemm_config_at(n) && !strcmp(agmm_gemm_config_name(n), "?") &&
+                   agmm_gemm_config_find("no such config") == -1 && agmm_gemm_config_find(NULL) == -1,
+               "gemm policy: config -1 and %d are out of range, an unknown name is -1", n);
+}
+
+typedef struct {
+    double rows, n, k;
+    const char *name;
+} measured;
+#define MEASURED_ROW(rows, n, k, name) {rows, n, k, name},
+static const measured k_rows[] = {AGMM_GEMM_MEASURED(MEASURED_ROW)};
+#undef MEASURED_ROW
+#define NROWS ((int)(sizeof k_rows / sizeof k_rows[0]))
+
+void test_gemm_policy_measured(void)
+{
+    int missing = 0, wrong = 0;
+    char first_missing[96] = "", first_wrong[160] = "";
+    for (int i = 0; i < NROWS; i++) {
+        const measured *r = &k_rows[i];
+        const int want = agmm_gemm_config_find(r->name);
+        if (want < 0 && missing++ == 0)
+            snprintf(first_missing, sizeof first_missing, " (first: \"%s\")", r->name);
+        /* The measured shape itself, as W = 8 ranks of rows / 8 (the lab's gathered GEMMs). A row
+         * whose shape another row repeats with another name is skipped: the table may not say. */
+        int repeated = 0;
+        for (int j = 0; j < NROWS; j++)
+            repeated |= j != i && k_rows[j].rows == r->rows && k_rows[j].n == r->n && k_rows[j].k == r->k &&
+                        strcmp(k_rows[j].name, r->name);
+        agmm_gemm_problem pb = problem(8, (int64_t)r->rows / 8, (int64_t)r->n, (int64_t)r->k, SMS);
+        const int got = agmm_gemm_policy_measured(&pb);
+        if (!repeated && got != want && wrong++ == 0)
+            snprintf(first_wrong, sizeof first_wrong, " (first: %gx%gx%g picks %s, not %s)", r->rows, r->n, r->k,
+                     agmm_gemm_config_name(got), r->name);
+    }
+    agmm_check(NROWS > 0 && missing == 0, "gemm policy: all %d names of the measured table are configs%s", NROWS,
+               first_missing);
+    agmm_check(wrong == 0, "gemm policy: each of the %d measured shapes picks its own config with the whole GPU%s",
+               NROWS, first_wrong);
+
+    /* 32768 x 4096 x 4504: 0.14 from the measured 32768 x 4096 x 4096 (summed |log2|), further from
+     * every other row. */
+    const int big = agmm_gemm_config_find("128x256x64/s4");
+    agmm_gemm_problem near = problem(8, 4096, 4096, 4504, SMS), part = near, fused = near;
+    part.ctas = SMS - 2;
+    fused.ctas = SMS - 1;
+    const int got_near = agmm_gemm_policy_measured(&near), got_fused = agmm_gemm_policy_measured(&fused),
+              got_part = agmm_gemm_policy_measured(&part);
+    agmm_check(big >= 0 && got_near == big && agmm_gemm_policy_choose(&near) == big && got_fused == big &&
+                   got_part == -1,
+               "gemm policy: 32768x4096x4504 (near 32768x4096x4096) takes its %s with %d and %d CTAs (got %s, %s), "
+               "none with %d (got %d)",
+               agmm_gemm_config_name(big), SMS, SMS - 1, agmm_gemm_config_name(got_near),
+               agmm_gemm_config_name(got_fused), SMS - 2, got_part);
+    agmm_gemm_problem far = problem(1, 100, 100000, 8, SMS);
+    const int far_c = agmm_gemm_policy_measured(&far);
+    agmm_check(far_c == -1 && agmm_gemm_policy_choose(&far) == agmm_gemm_policy_model(&far),
+               "gemm policy: 100x100000x8 is near no measured shape (got %d): the cost model decides", far_c);
+}
+
+void test_gemm_policy_model(void)
+{
+    const int c256 = agmm_gemm_config_find("128x256x64/s4"), c64 = agmm_gemm_config_find("128x64x64/s8");
+    /* W = 8, M = 256 (2048 x 256 x 256): 16, 32 or 64 tiles, one wave each: the 128 x 64 tile costs
+     * 64 / 0.6 against 128 / 0.8 and 256 / 1.0. */
+    agmm_gemm_problem small = problem(8, 256, 256, 256, SMS);
+    /* W = 8, M = 4096 (32768 x 4096 x 4096): 32 waves of 128 x 256 (cost 8192) against 63 of
+     * 128 x 128 (10080) and 125 of 128 x 64 (13333). */
+    agmm_gemm_problem large = problem(8, 4096, 4096, 4096, SMS);
+    const int cs = agmm_gemm_policy_model(&small), cl = agmm_gemm_policy_model(&large);
+    agmm_check(cs == c64 && cl == c256, "gemm policy: the cost model picks %s for 2048x256x256 and %s for "
+               "32768x4096x4096 on %d CTAs", agmm_gemm_config_name(cs), agmm_gemm_config_name(cl), SMS);
+
+    /* Whatever the shape and budget, a config the model may pick, and no pair below 2 CTAs. */
+    int bad = 0;
+    char first[160] = "";
+    for (int64_t m = 1; m <= 9000; m = m * 3 + 7)
+        for (int64_t nk = 8; nk <= 9000; nk = nk * 4 + 8)
+            for (int ctas = 1; ctas <= SMS; ctas += 37) {
+                agmm_gemm_problem pb = problem(3, m, nk, nk, ctas);
+                const agmm_gemm_config *tc = agmm_gemm_config_at(agmm_gemm_policy_model(&pb));
+                if ((!tc || !tc->pick || (tc->cluster == 2 && ctas < 2)) && bad++ == 0)
+                    snprintf(first, sizeof first, " (first: m=%lld n=k=%lld ctas=%d: %s)", (long long)m,
+                             (long long)nk, ctas, tc ? tc->name : "none");
+            }
+    agmm_check(bad == 0, "gemm policy: the cost model picks a pick = 1 config on every shape and budget%s", first);
+}
+
+/* Checks one split-tail plan; returns 0 and describes the first broken rule in why. */
+static int split_ok(int64_t tiles, int ctas, int kb, char *why, size_t len)
+{
+    int64_t first = -1;
+    int split = 0;
+    agmm_gemm_plan_split_tail(tiles, ctas, kb, &first, &split);
+    const int64_t r = tiles % ctas, sk_tiles = tiles - first;
+    if (split == 1)
+        return first == tiles ? 1 : (snprintf(why, len, "split 1 but first=%lld", (long long)first), 0);
+    if (split < 2 || split > AGMM_GEMM_SPLIT_MAX || split > kb)
+        return snprintf(why, len, "split=%d outside 2..min(%d, KB=%d)", split, AGMM_GEMM_SPLIT_MAX, kb), 0;
+    if (r == 0 || (sk_tiles != r && sk_tiles != r + ctas) || sk_tiles > tiles)
+        return snprintf(why, len, "cut %lld tiles, not the last round's r=%lld (or r + %d)", (long long)sk_tiles,
+                        (long long)r, ctas), 0;
+    /* The pieces partition the K blocks, none empty (the kernel's formula, tile_sched.cuh). */
+    for (int p = 0; p < split; p++) {
+        const int kb0 = p * kb / split, kb1 = (p + 1) * kb / split;
+        if (kb1 <= kb0 || (p == 0 && kb0 != 0) || (p == split - 1 && kb1 != kb))
+            return snprintf(why, len, "piece %d of %d: K blocks [%d, %d) of %d", p, split, kb0, kb1, kb), 0;
+    }
+    /* Faster by the plan's own model: fewer K blocks in the last rounds than whole tiles take. */
+    const int64_t j = sk_tiles / ctas, rounds = (sk_tiles * split + ctas - 1) / ctas;
+    const double gain = (double)(j + 1) * kb - (double)rounds * ((kb + split - 1) / split + 1 + split);
+    if (!(gain > 0))
+        return snprintf(why, len, "gain %.1f K blocks: not worth the split", gain), 0;
+    return 1;
+}
+
+void test_gemm_policy_split_tail(void)
+{
+    static const int ctas_list[] = {1, 2, 7, 30, 131, 132};
+    static const int kb_list[] = {1, 2, 3, 5, 8, 17, 64, 129};
+    int64_t cases = 0, splits = 0, bad = 0;
+    char why[160] = "", first[256] = "";
+    for (int64_t tiles = 1; tiles <= 700; tiles++)
+        for (int ci = 0; ci < (int)(sizeof ctas_list / sizeof ctas_list[0]); ci++)
+            for (int ki = 0; ki < (int)(sizeof kb_list / sizeof kb_list[0]); ki++) {
+                const int ctas = ctas_list[ci], kb = kb_list[ki];
+                int64_t f;
+                int s;
+                agmm_gemm_plan_split_tail(tiles, ctas, kb, &f, &s);
+                cases++;
+                splits += s > 1;
+                if (!split_ok(tiles, ctas, kb, why, sizeof why) && bad++ == 0)
+                    snprintf(first, sizeof first, " (first: tiles=%lld ctas=%d KB=%d: %s)", (long long)tiles, ctas, kb,
+                             why);
+            }
+    agmm_check(bad == 0 && splits > 0,
+               "gemm policy: split tail over %lld plans (%lld split): only the last round's tiles cut, into 2..%d "
+               "pieces partitioning K, each faster by the model%s",
+               (long long)cases, (long long)splits, AGMM_GEMM_SPLIT_MAX, first);
+
+    /* tests/gpu/test_gemm_engine.c's shapes on 132 SMs: 777x520x1032 in 128x256 tiles is 21 tiles
+     * of 17 K blocks, 2048x1000x512 is 64 tiles of 8. */
+    int64_t f1, f2;
+    int s1, s2;
+    agmm_gemm_plan_split_tail(21, SMS, 17, &f1, &s1);
+    agmm_gemm_plan_split_tail(64, SMS, 8, &f2, &s2);
+    agmm_check(f1 == 0 && s1 == 3 && f2 == 0 && s2 == 2,
+               "gemm policy: 21 tiles of 17 K blocks split in 3 (got %lld from %d), 64 of 8 in 2 (got %lld from %d)",
+               (long long)f1, s1, (long long)f2, s2);
+}
