@@ -266,7 +266,8 @@ static int step_run(soak_rank *sr, soak_slot *s, int delay_us, int use_sym, uint
         agmm_format(detail, sizeof detail, "%s: %s", what, why);
         return rank_fail(sr, step, "%s", detail), -1;
     }
-    if (!e->kind->check(&s->shape, sr->nranks, sr->rank, seed, sr->h_buf, why, sizeof why)) {
+    if (!e->kind->check(&s->shape, sr->nranks, sr->rank, seed, agmm_plan_backend(s->plan), d->gpu, sr->h_buf, why,
+                        sizeof why)) {
         char detail[600];
         agmm_format(detail, sizeof detail, "%s: wrong: %s", what, why);
         return rank_fail(sr, step, "%s", detail);

@@ -38,7 +38,7 @@ uint64_t soak_dev_used(soak_dev *d);
 
 /* ---- one operation's case (soak_ops.c) ---- */
 
-#define SOAK_BUFS 4            /* the most buffers a run takes besides its input */
+#define SOAK_BUFS 6            /* the most buffers a run takes besides its input */
 
 /* A random shape of an operation: its dimensions and variant bits, as the operation reads them. */
 typedef struct {
@@ -67,10 +67,11 @@ typedef struct {
      * io.input), buf[i] the device buffers. After it, every output is in its buffer (an in-place
      * result is copied out on the stream). */
     agmm_status (*run)(agmm_plan *plan, const soak_shape *s, void *in, int sym, void *const buf[], soak_dev *d);
-    /* The downloaded outputs (host[i] of SOAK_OUTPUT) against the exact result; 1, or 0 with the
-     * first difference in why. */
-    int (*check)(const soak_shape *s, int nranks, int rank, uint64_t seed, void *const host[], char *why,
-                 size_t len);
+    /* The downloaded outputs (host[i] of SOAK_OUTPUT) against the exact result of the plan's
+     * backend (`backend`: auto resolved; `gpu`: the world runs on GPUs, where nccl is NCCL); 1, or
+     * 0 with the first difference in why. */
+    int (*check)(const soak_shape *s, int nranks, int rank, uint64_t seed, const char *backend, int gpu,
+                 void *const host[], char *why, size_t len);
 } soak_op;
 
 /* The case of the operation called `name`, or NULL: an operation without a case fails the soak. */

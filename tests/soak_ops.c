@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "api/agmm_ext.h"
+#include "arn_check.h"
 #include "soak.h"
 
 static int64_t draw_in(uint64_t *rng, int64_t lo, int64_t hi)
@@ -85,8 +86,8 @@ static agmm_status mm_run(agmm_plan *plan, const soak_shape *s, void *in, int sy
     return agmm_ag_matmul(plan, &io, d->stream);
 }
 
-static int mm_check(const soak_shape *s, int nranks, int rank, uint64_t seed, void *const host[], char *why,
-                           size_t len)
+static int mm_check(const soak_shape *s, int nranks, int rank, uint64_t seed, const char *backend, int gpu,
+                    void *const host[], char *why, size_t len)
 {
     const int64_t m = s->dim[0], n = s->dim[1], k = s->dim[2], rows = nranks * m;
     const uint16_t *ag = host[1], *c = host[2];
@@ -186,8 +187,8 @@ static agmm_status ar_run(agmm_plan *plan, const soak_shape *s, void *in, int sy
     return st;
 }
 
-static int ar_check(const soak_shape *s, int nranks, int rank, uint64_t seed, void *const host[], char *why,
-                    size_t len)
+static int ar_check(const soak_shape *s, int nranks, int rank, uint64_t seed, const char *backend, int gpu,
+                    void *const host[], char *why, size_t len)
 {
     union {
         float f[AR_MAX_N];
@@ -338,16 +339,129 @@ static int rp_check_of(const soak_shape *s, int nranks, int rank, uint64_t seed,
     return 1;
 }
 
-static int rs_check(const soak_shape *s, int nranks, int rank, uint64_t seed, void *const host[], char *why,
-                    size_t len)
+static int rs_check(const soak_shape *s, int nranks, int rank, uint64_t seed, const char *backend, int gpu,
+                    void *const host[], char *why, size_t len)
 {
     return rp_check_of(s, nranks, rank, seed, host, 1, why, len);
 }
 
-static int ar2_check(const soak_shape *s, int nranks, int rank, uint64_t seed, void *const host[], char *why,
-                     size_t len)
+static int ar2_check(const soak_shape *s, int nranks, int rank, uint64_t seed, const char *backend, int gpu,
+                     void *const host[], char *why, size_t len)
 {
     return rp_check_of(s, nranks, rank, seed, host, 0, why, len);
+}
+
+/* ---- all_reduce_rmsnorm: dim = {T, H}, variant bit 0: bias, bit 1: residual, bit 2: the residual
+ * updated in place (with bit 1). Data and checks are tests/arn_check.c's: small integers (every
+ * sum exact), r' and y bit for bit against the backend's own fp32 order (or the fp64 reference
+ * where NCCL adds in its own order), the same on every rank. Buffers: gamma, bias, residual
+ * (operands), y, r' (outputs; an in-place r' is copied out of the residual on the stream). ---- */
+
+enum { ARN_MAX_T = 32, ARN_MAX_H = 256 };
+
+static void arn_draw(uint64_t *rng, int nranks, soak_shape *s)
+{
+    memset(s, 0, sizeof *s);
+    s->dim[0] = draw_in(rng, 1, ARN_MAX_T);
+    s->dim[1] = 8 * draw_in(rng, 1, ARN_MAX_H / 8);
+    s->variant = (unsigned)(agmm_rng_next(rng) & 7);
+    if (!(s->variant & 2))
+        s->variant &= ~4u;
+}
+
+static void arn_largest(soak_shape *s)
+{
+    memset(s, 0, sizeof *s);
+    s->dim[0] = ARN_MAX_T, s->dim[1] = ARN_MAX_H, s->variant = 7;
+}
+
+static arn_case arn_case_of(const soak_shape *s)
+{
+    return (arn_case){.tokens = s->dim[0], .hidden = s->dim[1], .eps = 1e-6, .bias = (s->variant & 1) != 0,
+                      .residual = (s->variant & 2) != 0, .in_place = (s->variant & 4) != 0, .exact = 1};
+}
+
+static void arn_describe(const soak_shape *s, char *buf, size_t len)
+{
+    const arn_case c = arn_case_of(s);
+    arn_case_name(&c, buf, len);
+}
+
+static size_t arn_sizes(const soak_shape *s, int nranks, size_t bytes[], soak_role role[], int *nbufs)
+{
+    const size_t rows = (size_t)(s->dim[0] * s->dim[1]) * 2, h = (size_t)s->dim[1] * 2;
+    bytes[0] = h, role[0] = SOAK_OPERAND;     /* gamma */
+    bytes[1] = h, role[1] = SOAK_OPERAND;     /* bias */
+    bytes[2] = rows, role[2] = SOAK_OPERAND;  /* residual */
+    bytes[3] = rows, role[3] = SOAK_OUTPUT;   /* y */
+    bytes[4] = rows, role[4] = SOAK_OUTPUT;   /* r' */
+    *nbufs = 5;
+    return rows;
+}
+
+static agmm_status arn_plan(agmm_plan **plan, agmm_ctx *ctx, const soak_shape *s, const char *backend)
+{
+    agmm_all_reduce_rmsnorm_desc d = {.tokens = s->dim[0], .hidden = s->dim[1], .eps = 1e-6, .backend = backend};
+    return agmm_plan_all_reduce_rmsnorm(plan, ctx, &d);
+}
+
+/* Every rank's data of the step (arn_check.c), into d; 0 or -1 (out of host memory). */
+static int arn_data_of(const soak_shape *s, int nranks, int rank, uint64_t seed, arn_expect expect, arn_data *d)
+{
+    const arn_case c = arn_case_of(s);
+    if (arn_data_init(d, &c, nranks, rank, expect) != 0) {
+        arn_data_fini(d);
+        return -1;
+    }
+    arn_data_fill(d, seed);
+    return 0;
+}
+
+static void arn_fill(const soak_shape *s, int nranks, int rank, uint64_t seed, void *input, void *const host[])
+{
+    const size_t rows = (size_t)(s->dim[0] * s->dim[1]) * 2, h = (size_t)s->dim[1] * 2;
+    arn_data d;
+    if (arn_data_of(s, nranks, rank, seed, ARN_EXPECT_FUSED, &d) != 0) {
+        memset(input, 0xff, rows); /* the check fails on it, saying so */
+        return;
+    }
+    memcpy(input, arn_data_mine(&d), rows);
+    memcpy(host[0], d.gamma, h);
+    if (d.bias)
+        memcpy(host[1], d.bias, h);
+    if (d.residual)
+        memcpy(host[2], d.residual, rows);
+    arn_data_fini(&d);
+}
+
+static agmm_status arn_run(agmm_plan *plan, const soak_shape *s, void *in, int sym, void *const buf[], soak_dev *d)
+{
+    const arn_case c = arn_case_of(s);
+    agmm_all_reduce_rmsnorm_io io = {.y = buf[3], .residual_out = c.in_place ? buf[2] : buf[4], .gamma = buf[0],
+                                     .bias = c.bias ? buf[1] : NULL, .residual = c.residual ? buf[2] : NULL,
+                                     .input = sym ? in : NULL};
+    agmm_status st = agmm_all_reduce_rmsnorm(plan, &io, d->stream);
+    /* r' in place is in the residual, which the driver poisons right after: keep it first. */
+    if (st == AGMM_SUCCESS && c.in_place && soak_dev_copy(d, buf[4], buf[2], (size_t)(c.tokens * c.hidden) * 2) != 0)
+        st = AGMM_ERR_CUDA;
+    return st;
+}
+
+static int arn_check_step(const soak_shape *s, int nranks, int rank, uint64_t seed, const char *backend, int gpu,
+                          void *const host[], char *why, size_t len)
+{
+    arn_data d;
+    if (arn_data_of(s, nranks, rank, seed, arn_expect_for(backend, gpu, nranks), &d) != 0) {
+        snprintf(why, len, "out of host memory for the check");
+        return 0;
+    }
+    const size_t rows = (size_t)(s->dim[0] * s->dim[1]) * 2;
+    memcpy(d.y_got, host[3], rows);
+    memcpy(d.r_got, host[4], rows);
+    double r_err, y_err;
+    const int ok = arn_data_check(&d, &r_err, &y_err, why, len) == NULL;
+    arn_data_fini(&d);
+    return ok;
 }
 
 static const soak_op cases[] = {
@@ -355,6 +469,8 @@ static const soak_op cases[] = {
     {"all_reduce", ar_draw, ar_largest, ar_describe, ar_sizes, ar_plan, ar_fill, ar_run, ar_check},
     {"matmul_reduce_scatter", rp_draw, rp_largest, rp_describe, rs_sizes, rs_plan, rp_fill, rs_run, rs_check},
     {"matmul_all_reduce", rp_draw, rp_largest, rp_describe, ar2_sizes, ar2_plan, rp_fill, ar2_run, ar2_check},
+    {"all_reduce_rmsnorm", arn_draw, arn_largest, arn_describe, arn_sizes, arn_plan, arn_fill, arn_run,
+     arn_check_step},
 };
 
 const soak_op *soak_op_find(const char *name)

@@ -32,7 +32,9 @@ static double now_s(void)
 static void row_text(const bench_results *r, int row, char *buf, size_t len)
 {
     const bench_row *w = &r->rows[row];
-    if (r->opt.op != AGMM_OP_ALL_REDUCE)
+    if (r->opt.op == AGMM_OP_ALL_REDUCE_RMSNORM)
+        snprintf(buf, len, "row %d/%d T=%lld H=%lld", row + 1, r->nrows, (long long)w->m, (long long)w->n);
+    else if (r->opt.op != AGMM_OP_ALL_REDUCE)
         snprintf(buf, len, "row %d/%d (%lld, %lld, %lld)", row + 1, r->nrows, (long long)w->m, (long long)w->n,
                  (long long)w->k);
     else

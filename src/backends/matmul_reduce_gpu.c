@@ -209,7 +209,7 @@ static agmm_all_reduce_args ar_args(agmm_plan *plan, const agmm_mr_gpu *x, void 
     a.grid = x->grid;
     a.stage = AGMM_AR_STAGE_NONE; /* out is the caller's, never the symmetric partial */
     a.err = g->err_dev;
-    a.timeout_ns = g->timeout_ns ? g->timeout_ns : 5000000000ull;
+    a.timeout_ns = g->timeout_ns; /* the world's, never 0 (world_common.c) */
     return a;
 }
 

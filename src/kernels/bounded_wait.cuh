@@ -18,8 +18,8 @@
  * Polling, per site:
  *   SLEEP_NS  nanosleep between polls (0: none). The GEMM's producer sleeps 64 ns: its SM's
  *             consumers may still be computing, and a tight loop would take their issue slots.
- *   CHECK     polls between looks at err->code and the clock (a power of two). The GEMM checks
- *             every poll (each already sleeps); the single-block kernels every 64.
+ *   CHECK     polls between looks at err->code and the clock (a power of two). Every site
+ *             checks every 64: err->code is host-mapped memory, slow to read from the GPU.
  *   RELAXED   1: poll with relaxed loads and acquire once at the end (the all-reduce barrier: a
  *             relaxed load is cheaper on the polling path); 0: every poll is an acquire. */
 #ifndef AGMM_KERNELS_BOUNDED_WAIT_CUH

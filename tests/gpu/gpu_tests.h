@@ -45,6 +45,13 @@ void test_auto_gpu(void);
 void test_matmul_reduce_gpu(void);
 void test_matmul_reduce_gpu_world(void);
 void test_matmul_reduce_timeout(void);
+/* test_ar_norm.c: all_reduce_rmsnorm's backends against the fp64 reference and the kernels' fp32
+ * order (W = 1, emulated 2..4), two runs in one CUDA graph replayed with fresh inputs, a missing
+ * rank. */
+void test_ar_norm_gpu(void);
+void test_ar_norm_graph(void);
+void test_ar_norm_timeout(void);
+void test_ar_norm_small(int nranks); /* for test_sanitize: two small cases at W = nranks */
 /* Timing at W = 1 of ce against nccl on the seed shapes; runs only with AGMM_GPUTEST_PERF=1. */
 void test_ag_matmul_perf_w1(void);
 

@@ -32,6 +32,12 @@ static void streams_group(int nranks, int cases_of, int only_new)
 {
     steps_cases(nranks, cases_of, only_new, 4, 1, 1);
 }
+/* Its own cases, the same at every W: at W = 1 in place of a larger world, nothing new to run. */
+static void ar_norm_group(int nranks, int cases_of, int only_new)
+{
+    if (!only_new)
+        test_ar_norm_small(nranks);
+}
 
 typedef struct {
     const char *name;
@@ -47,6 +53,8 @@ static const san_group groups[] = {
     {"graph", "CUDA-graph captures (1 and 2 steps, staged and io.input), 2 replays", 1, {2, 4}, graph_group},
     {"steps", "4 steps back to back, a rank slowed at random", 1, {4, 0}, steps_group},
     {"two_streams", "4 steps on two streams", 0, {2, 0}, streams_group},
+    {"ar_norm", "all_reduce_rmsnorm's kernels, two small cases (tests/gpu/test_ar_norm.c)", 1, {2, 0},
+     ar_norm_group},
 };
 #define NGROUPS ((int)(sizeof groups / sizeof groups[0]))
 

@@ -17,8 +17,9 @@
  *   eff      FLOP rate relative to 128x256 at full waves, for the cost model: 0.80 for 128x128
  *            measured with bench/gemm_lab on an H200, 0.60 for 128x64 estimated; the rest are
  *            guesses until measured. The numbers only rank configs against each other.
- * The B-multicast pairs (/c2) are correct but measured 1.3-1.5x slower than the same tile without
- * (docs/gemm_engine.md). Configs 5-9 are chosen only through the measured table below (pick 0):
+ * The B-multicast pairs (/c2) run at 1.00-1.07x the time of the same tile without a cluster
+ * since the consumers' remote arrive dropped .release.cluster (hopper_ptx.cuh; before: 1.5-2.6x),
+ * so they are still not picked (docs/gemm_engine.md). Configs 5-9 are chosen only through the measured table below (pick 0):
  * none beats the others everywhere, and the cost model's eff numbers do not rank them well. */
 #ifndef AGMM_KERNELS_GEMM_CONFIGS_H
 #define AGMM_KERNELS_GEMM_CONFIGS_H
