@@ -1,8 +1,9 @@
 # agmm build. `make` builds the library, agmm-bench and the tests into $(BUILD);
 # `make test` runs the CPU tests (no GPU needed); `make gputest` runs the GPU tests (skip loudly
 # without a GPU). CUDA parts are built whenever nvcc is found (CUDA=0 leaves them out).
-# `make install PREFIX=/opt/agmm` installs the header, the libraries, agmm.pc and agmm-bench;
-# `make uninstall PREFIX=...` removes them.
+# `make install PREFIX=/opt/agmm` installs the header, the libraries, agmm.pc, the CMake package
+# (lib/cmake/agmm: find_package(agmm), agmm::agmm) and agmm-bench; `make uninstall PREFIX=...`
+# removes them.
 #
 #   make CUDA=0 BUILD=build-tsan SAN=thread test     # the CPU tests under ThreadSanitizer
 
@@ -14,7 +15,9 @@ CC      ?= cc
 
 CUDA_HOME ?= $(if $(NVCC),$(patsubst %/bin/nvcc,%,$(realpath $(NVCC))),/usr/local/cuda)
 # NCCL: headers and library must be the same version (the device API reads structs the
-# library fills). NCCL_HOME points at a tree with include/ and lib/ (default: the CUDA toolkit's).
+# library fills). NCCL_HOME points at a tree with include/ and lib/ (default: the CUDA toolkit's);
+# its folders come before the toolkit's everywhere below, so that a toolkit that also holds an NCCL
+# gives neither the headers nor, at run time, the library.
 NCCL_HOME ?= $(CUDA_HOME)
 
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
@@ -26,12 +29,12 @@ LDFLAGS += -fsanitize=$(SAN)
 endif
 
 ifeq ($(CUDA),1)
-CFLAGS  += -DAGMM_HAVE_CUDA -I$(CUDA_HOME)/include -I$(NCCL_HOME)/include
+CFLAGS  += -DAGMM_HAVE_CUDA -I$(NCCL_HOME)/include -I$(CUDA_HOME)/include
 NVFLAGS := -std=c++17 -O3 -g -lineinfo -gencode=arch=compute_90a,code=sm_90a \
            -Iinclude -Isrc -I$(NCCL_HOME)/include -DAGMM_HAVE_CUDA \
            -Xcompiler -fPIC,-Wall,-Werror,-Wno-unused-parameter --Werror all-warnings
-LDFLAGS += -Wl,--enable-new-dtags,-rpath,$(CUDA_HOME)/lib64,-rpath,$(NCCL_HOME)/lib
-LDLIBS  += -L$(CUDA_HOME)/lib64 -L$(NCCL_HOME)/lib -lcudart_static -lcublasLt -l:libnccl.so.2 \
+LDFLAGS += -Wl,--enable-new-dtags,-rpath,$(NCCL_HOME)/lib,-rpath,$(CUDA_HOME)/lib64
+LDLIBS  += -L$(NCCL_HOME)/lib -L$(CUDA_HOME)/lib64 -lcudart_static -lcublasLt -l:libnccl.so.2 \
            -ldl -lrt -lstdc++
 endif
 
@@ -44,16 +47,19 @@ LIB_C   := $(foreach l,$(SRC_DIRS),$(wildcard src/$(l)/*.c))
 LIB_CU  := $(if $(filter 1,$(CUDA)),$(foreach l,$(SRC_DIRS),$(wildcard src/$(l)/*.cu)))
 LIB_OBJ := $(LIB_C:%.c=$(BUILD)/%.o) $(LIB_CU:%.cu=$(BUILD)/%.o)
 
-TEST_C     := $(filter-out tests/test_process.c,$(wildcard tests/test_*.c)) tests/fault_scenario.c tests/harness.c
+TEST_C     := $(filter-out tests/test_process.c,$(wildcard tests/test_*.c)) tests/fault_scenario.c tests/harness.c \
+              tests/arn_check.c
 # One rank of a process world, started N times by tests/process_test.sh and fault_process_test.sh
 # (and bench/process_run.sh).
 PROCTEST_C := tests/test_process.c tests/fault_process.c tests/fault_scenario.c tests/test_cpu_backends.c \
-              tests/proc_matmul_reduce.c tests/harness.c
-GPUTEST_C  := $(wildcard tests/gpu/*.c) tests/harness.c
+              tests/proc_matmul_reduce.c tests/harness.c tests/arn_check.c
+GPUTEST_C  := $(wildcard tests/gpu/*.c) tests/harness.c tests/arn_check.c
+# Random steps on one world, every one checked (bench/soak.sh; a short run in make test).
+SOAK_C     := tests/soak.c tests/soak_ops.c tests/soak_dev.c tests/arn_check.c tests/harness.c
 BENCH_C    := $(wildcard tools/*.c)
 
 .PHONY: all test gputest clean install uninstall
-all: $(BUILD)/agmm-bench $(BUILD)/agmm-test $(BUILD)/agmm-proctest $(BUILD)/libagmm.so \
+all: $(BUILD)/agmm-bench $(BUILD)/agmm-test $(BUILD)/agmm-proctest $(BUILD)/agmm-soak $(BUILD)/libagmm.so \
      $(if $(filter 1,$(CUDA)),$(BUILD)/agmm-gputest)
 
 $(BUILD)/libagmm.a: $(LIB_OBJ)
@@ -105,8 +111,15 @@ Libs.private: $(LDFLAGS) $(LDLIBS)
 endef
 export AGMM_PC
 
+# CMake: lib/cmake/agmm/agmmConfig.cmake defines the imported target agmm::agmm (cmake/*.in, filled
+# in here with this build's version and CUDA).
+CMAKE_DIR   := $(DESTDIR)$(PREFIX)/lib/cmake/agmm
+CMAKE_SUBST := sed -e 's|@VERSION@|$(VERSION)|g' -e 's|@SONAME@|$(SONAME)|g' \
+               -e 's|@VERSION_MAJOR@|$(call version,MAJOR)|g' -e 's|@VERSION_MINOR@|$(call version,MINOR)|g' \
+               -e 's|@CUDA@|$(if $(filter 1,$(CUDA)),ON,OFF)|g' -e 's|@CUDA_HOME@|$(if $(filter 1,$(CUDA)),$(CUDA_HOME))|g'
+
 install: $(BUILD)/libagmm.so $(BUILD)/libagmm.a $(BUILD)/agmm-bench
-	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin $(CMAKE_DIR)
 	install -m 644 include/agmm.h $(DESTDIR)$(PREFIX)/include/agmm.h
 	install -m 755 $(BUILD)/libagmm.so $(DESTDIR)$(PREFIX)/lib/libagmm.so.$(VERSION)
 	ln -sf libagmm.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
@@ -114,11 +127,15 @@ install: $(BUILD)/libagmm.so $(BUILD)/libagmm.a $(BUILD)/agmm-bench
 	install -m 644 $(BUILD)/libagmm.a $(DESTDIR)$(PREFIX)/lib/libagmm.a
 	printf '%s\n' "$$AGMM_PC" >$(DESTDIR)$(PREFIX)/lib/pkgconfig/agmm.pc
 	install -m 755 $(BUILD)/agmm-bench $(DESTDIR)$(PREFIX)/bin/agmm-bench
+	$(CMAKE_SUBST) cmake/agmmConfig.cmake.in >$(CMAKE_DIR)/agmmConfig.cmake
+	$(CMAKE_SUBST) cmake/agmmConfigVersion.cmake.in >$(CMAKE_DIR)/agmmConfigVersion.cmake
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/include/agmm.h $(DESTDIR)$(PREFIX)/lib/libagmm.so.$(VERSION) \
 	      $(DESTDIR)$(PREFIX)/lib/$(SONAME) $(DESTDIR)$(PREFIX)/lib/libagmm.so $(DESTDIR)$(PREFIX)/lib/libagmm.a \
-	      $(DESTDIR)$(PREFIX)/lib/pkgconfig/agmm.pc $(DESTDIR)$(PREFIX)/bin/agmm-bench
+	      $(DESTDIR)$(PREFIX)/lib/pkgconfig/agmm.pc $(DESTDIR)$(PREFIX)/bin/agmm-bench \
+	      $(CMAKE_DIR)/agmmConfig.cmake $(CMAKE_DIR)/agmmConfigVersion.cmake
+	rmdir $(CMAKE_DIR) 2>/dev/null || true
 
 $(BUILD)/agmm-bench: $(BENCH_C:%.c=$(BUILD)/%.o) $(BUILD)/libagmm.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
@@ -127,6 +144,9 @@ $(BUILD)/agmm-test: $(TEST_C:%.c=$(BUILD)/%.o) $(BUILD)/libagmm.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/agmm-proctest: $(PROCTEST_C:%.c=$(BUILD)/%.o) $(BUILD)/libagmm.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/agmm-soak: $(SOAK_C:%.c=$(BUILD)/%.o) $(BUILD)/libagmm.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/agmm-gputest: $(GPUTEST_C:%.c=$(BUILD)/%.o) $(BUILD)/libagmm.a
@@ -140,8 +160,10 @@ $(BUILD)/%.o: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVFLAGS) -MMD -MP -c -o $@ $<
 
-test: $(BUILD)/agmm-test $(BUILD)/agmm-bench $(BUILD)/agmm-proctest $(BUILD)/libagmm.so
-	AGMM_BENCH=$(BUILD)/agmm-bench AGMM_PROCTEST=$(BUILD)/agmm-proctest AGMM_BUILD=$(BUILD) AGMM_CUDA=$(CUDA) \
+test: $(BUILD)/agmm-test $(BUILD)/agmm-bench $(BUILD)/agmm-proctest $(BUILD)/agmm-soak $(BUILD)/libagmm.so \
+      $(if $(filter 1,$(CUDA)),$(BUILD)/agmm-gputest)
+	AGMM_BENCH=$(BUILD)/agmm-bench AGMM_PROCTEST=$(BUILD)/agmm-proctest AGMM_SOAK=$(BUILD)/agmm-soak \
+	    AGMM_BUILD=$(BUILD) AGMM_CUDA=$(CUDA) \
 	    ./tests/run.sh $(BUILD)/agmm-test
 
 gputest: $(BUILD)/agmm-gputest

@@ -9,7 +9,8 @@
 # Environment: OUT (default ./out), GPUTEST_FILTER (a case-name filter for agmm-gputest),
 # AGMM_GPUTEST_PERF (default 1: the ce-vs-nccl timing case), SKIP_BENCH=1, BENCH_ARGS (extra
 # agmm-bench options for every sweep), STEP_TIMEOUT (seconds per step, default 240), SANITIZE=0
-# (skip compute-sanitizer), SAN_TIMEOUT (seconds per sanitizer tool, default 150).
+# (skip compute-sanitizer), SAN_TIMEOUT (seconds per sanitizer tool, default 180: the budget each
+# must finish in), SAN_TOOLS (default "memcheck racecheck synccheck initcheck").
 # The environment (no multicast, the wheel's NCCL 2.28.9 matching our headers): bench/gpu_env.sh.
 set -u -o pipefail
 BUILD=${1:-build}
@@ -58,16 +59,20 @@ if [ -x "$BUILD/agmm-gputest" ]; then
         "$BUILD/agmm-gputest" ${GPUTEST_FILTER:-}
 fi
 # compute-sanitizer over small shapes of every kernel and backend (bench/sanitize.sh): any report
-# fails its step. One log for the three tools.
+# fails its step, and so does a tool cut by its budget. One log for every tool; the summary gives
+# each tool's seconds and the groups run at W = 1 only under it.
 if [ -x "$BUILD/agmm-gputest" ] && [ "${SANITIZE:-1}" != 0 ]; then
-    for tool in memcheck racecheck synccheck; do
-        STEP_TIMEOUT=${SAN_TIMEOUT:-150} step "sanitize $tool" "$OUT/sanitize.log" \
+    for tool in ${SAN_TOOLS:-memcheck racecheck synccheck initcheck}; do
+        STEP_TIMEOUT=${SAN_TIMEOUT:-180} step "sanitize $tool" "$OUT/sanitize.log" \
             "$(dirname "$0")/sanitize.sh" "$BUILD" "$tool"
     done
 fi
 if [ $RUN_BENCH = 1 ]; then
     step "bench all_reduce W=1" "$OUT/bench.log" $B --op all_reduce --world gpu --ranks 1 --graph \
         --csv "$OUT/all_reduce_w1.csv" ${BENCH_ARGS:-}
+    # T = 1..2048 x H = 4096, 8192 (the default sweep), with bias and residual.
+    step "bench all_reduce_rmsnorm W=1" "$OUT/bench.log" $B --op all_reduce_rmsnorm --world gpu --ranks 1 \
+        --graph --backends nccl,one_shot,two_shot,auto --csv "$OUT/all_reduce_rmsnorm_w1.csv" ${BENCH_ARGS:-}
     # Emulated: 8 ranks share one GPU (its memory, not NVLink): correctness and relative cost only.
     step "bench ag_matmul emulated W=8" "$OUT/bench.log" $B --op ag_matmul --world emulated --ranks 8 \
         --shapes 256:2048:256 --backends ce,fused --warmup 10 --iters 30 --timeout 10 \
@@ -75,13 +80,17 @@ if [ $RUN_BENCH = 1 ]; then
     step "bench all_reduce emulated W=8" "$OUT/bench.log" $B --op all_reduce --world emulated --ranks 8 \
         --sizes 4093,16387,2^16,2^20,2^24 --warmup 10 --iters 30 --timeout 10 \
         --csv "$OUT/all_reduce_emu8.csv" ${BENCH_ARGS:-}
+    step "bench all_reduce_rmsnorm emulated W=4" "$OUT/bench.log" $B --op all_reduce_rmsnorm --world emulated \
+        --ranks 4 --tokens 1,8,128,2048 --hidden 8192 --warmup 10 --iters 30 --timeout 10 \
+        --csv "$OUT/all_reduce_rmsnorm_emu4.csv" ${BENCH_ARGS:-}
 fi
 
 echo
 echo "==================== summary ===================="
 cat "$SUMMARY"
 if [ -f "$OUT/sanitize.log" ]; then
-    grep -E '^(== sanitize|========= (ERROR SUMMARY|RACECHECK SUMMARY)|FAIL|[0-9]+ passed, )' "$OUT/sanitize.log" | head -20
+    grep -E '^(== sanitize [a-z]+: (exit|at)|========= (ERROR SUMMARY|RACECHECK SUMMARY)|FAIL|[0-9]+ passed, )' \
+        "$OUT/sanitize.log" | cut -c1-160 | head -60
 fi
 if [ -f "$OUT/gputest.log" ]; then
     grep -E '^(FAIL|SKIP)' "$OUT/gputest.log" | head -20

@@ -46,6 +46,13 @@ void test_matmul_reduce_bad_args(void);
 /* proc_matmul_reduce.c (agmm-proctest): one backend of a row-parallel matmul on odd shapes, in a
  * world of processes; PASS/FAIL lines per shape. stream: the rank's cudaStream_t on GPUs. */
 void proc_matmul_reduce(agmm_ctx *ctx, int nranks, int gpu, void *stream, agmm_op op, const char *backend);
+/* test_ar_norm.c: all_reduce_rmsnorm's CPU backends, checks and bounded waits. */
+void test_arn_numerics(void);
+void test_arn_cpu_backends(void);
+void test_arn_validate(void);
+void test_arn_timeout(void);
+void test_arn_auto(void);
+void test_arn_faults(void);
 
 /* test_cpu_protocols.c: per-chunk waits of the fused GEMM, timeouts. */
 void test_cpu_fused_waits(void);
@@ -62,6 +69,10 @@ void test_ownership_agreement(void);
 void test_fault_spec(void);
 void test_fault_any_rank(void);
 void test_fault_matrix(void);
+
+/* test_busy.c: busy spells (agmm_ctx_busy_begin) in a world of threads. */
+void test_busy_threads(void);
+void test_busy_misuse(void);
 
 /* test_steps.c: steps back to back, a rank slowed at random, inputs overwritten at once. */
 void test_steps_back_to_back(void);

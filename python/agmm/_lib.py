@@ -2,11 +2,12 @@
 prototypes, and the exceptions a status becomes.
 
 Which library: AGMM_LIBRARY when it is set (and nothing else: a wrong path is an error, not a
-fallback); else the one recorded when the package was installed (`pip install ./python` records the
-repository's build/libagmm.so); else, when running from the source tree, ../build/libagmm.so next
-to python/; else the system's libagmm.so.0.<minor> (`make install`). Loading is lazy, at the first
-call that needs the library, so that `import agmm.torch` has loaded torch (and its NCCL) before
-libagmm.so asks the dynamic loader for libnccl.so.2.
+fallback); else the one inside this package (`pip install ./python` builds it, or copies the one
+AGMM_LIBRARY named at install time, into agmm/lib/); else, when running from the source tree,
+../build/libagmm.so next to python/; else the system's libagmm.so.0.<minor> (`make install`).
+Before a CUDA build is loaded, _deps finds its NCCL and cuBLASLt the way PyTorch finds its own.
+Loading is lazy, at the first call that needs the library, so that `import agmm.torch` has loaded
+torch (and its NCCL) before libagmm.so asks the dynamic loader for libnccl.so.2.
 """
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ import os
 import re
 import threading
 
+from . import _deps
+
 # The header this binding mirrors: include/agmm.h, AGMM_VERSION_MAJOR/MINOR. A library of another
 # major.minor may lay its structs out differently, so it is refused.
 ABI_MAJOR, ABI_MINOR = 0, 2
@@ -23,13 +26,13 @@ UNIQUE_ID_BYTES = 256
 MAX_RANKS = 64
 
 SUCCESS, INVALID_ARG, UNSUPPORTED, NO_MEMORY, CUDA, NCCL, CUBLAS, TIMEOUT, VERSION, INTERNAL = range(10)
-OP_AG_MATMUL, OP_ALL_REDUCE, OP_MATMUL_REDUCE_SCATTER, OP_MATMUL_ALL_REDUCE = 0, 1, 2, 3
+OP_AG_MATMUL, OP_ALL_REDUCE, OP_MATMUL_REDUCE_SCATTER, OP_MATMUL_ALL_REDUCE, OP_ALL_REDUCE_RMSNORM = 0, 1, 2, 3, 4
 DTYPE_BF16, DTYPE_F32 = 0, 1
 LAYOUT_COL_MAJOR, LAYOUT_ROW_MAJOR = 0, 1
 WORLD_KINDS = {"auto": 0, "cpu": 1, "gpu": 2, "emulated": 3}
 WORLD_KIND_NAMES = {v: k for k, v in WORLD_KINDS.items()}
 OPS = {"ag_matmul": OP_AG_MATMUL, "all_reduce": OP_ALL_REDUCE, "matmul_reduce_scatter": OP_MATMUL_REDUCE_SCATTER,
-       "matmul_all_reduce": OP_MATMUL_ALL_REDUCE}
+       "matmul_all_reduce": OP_MATMUL_ALL_REDUCE, "all_reduce_rmsnorm": OP_ALL_REDUCE_RMSNORM}
 
 
 # ---- exceptions -------------------------------------------------------------------------------
@@ -147,6 +150,15 @@ class MatmulReduceIo(ctypes.Structure):
     """agmm_matmul_reduce_scatter_io (out) and agmm_matmul_all_reduce_io (c): the same layout."""
     _fields_ = [("a", ctypes.c_void_p), ("b", ctypes.c_void_p), ("out", ctypes.c_void_p),
                 ("reserved", ctypes.c_void_p * 5)]
+class AllReduceRmsnormDesc(ctypes.Structure):
+    _fields_ = [("tokens", ctypes.c_int64), ("hidden", ctypes.c_int64), ("eps", ctypes.c_double),
+                ("backend", ctypes.c_char_p), ("reserved", ctypes.c_int64 * 8)]
+
+
+class AllReduceRmsnormIo(ctypes.Structure):
+    _fields_ = [("y", ctypes.c_void_p), ("residual_out", ctypes.c_void_p), ("gamma", ctypes.c_void_p),
+                ("bias", ctypes.c_void_p), ("residual", ctypes.c_void_p), ("input", ctypes.c_void_p),
+                ("reserved", ctypes.c_void_p * 4)]
 
 
 # agmm_rank_fn: agmm_status (*)(agmm_ctx *ctx, void *arg). ctypes takes the GIL to run it.
@@ -194,6 +206,8 @@ _PROTOTYPES = {
     "agmm_plan_matmul_all_reduce": (ctypes.c_int, [ctypes.POINTER(_P), _P, ctypes.POINTER(MatmulReduceDesc)]),
     "agmm_matmul_reduce_scatter": (ctypes.c_int, [_P, ctypes.POINTER(MatmulReduceIo), _P]),
     "agmm_matmul_all_reduce": (ctypes.c_int, [_P, ctypes.POINTER(MatmulReduceIo), _P]),
+    "agmm_plan_all_reduce_rmsnorm": (ctypes.c_int, [ctypes.POINTER(_P), _P, ctypes.POINTER(AllReduceRmsnormDesc)]),
+    "agmm_all_reduce_rmsnorm": (ctypes.c_int, [_P, ctypes.POINTER(AllReduceRmsnormIo), _P]),
 }
 
 
@@ -220,12 +234,12 @@ def _candidates():
     if env:
         return [(env, "AGMM_LIBRARY")]
     out = []
+    here = os.path.dirname(os.path.abspath(__file__))
     try:
         from . import _build_info
-        out.append((_build_info.LIBRARY, "recorded when this package was installed"))
+        out.append((os.path.join(here, _build_info.LIBRARY), f"inside this package ({_build_info.ORIGIN})"))
     except ImportError:
         pass
-    here = os.path.dirname(os.path.abspath(__file__))
     source_tree = os.path.normpath(os.path.join(here, "..", "..", "build", "libagmm.so"))
     if os.path.exists(os.path.join(here, "..", "pyproject.toml")):
         out.append((source_tree, "the repository's build/ next to this source tree"))
@@ -235,6 +249,7 @@ def _candidates():
 
 
 def _open(path):
+    _deps.prepare(path)
     lib = ctypes.CDLL(path)
     for name, (restype, argtypes) in _PROTOTYPES.items():
         fn = getattr(lib, name)     # AttributeError: a library without this call
@@ -263,8 +278,9 @@ def lib():
                     tried.append(f"  {path} ({why}): {e}")
             else:
                 raise LibraryError("agmm: could not load libagmm.so; tried:\n" + "\n".join(tried) +
-                                   "\nBuild it with `make` in the repository (then `pip install ./python` records "
-                                   "its path), or set AGMM_LIBRARY=/path/to/libagmm.so")
+                                   "\nInstall the package with `pip install ./python` from the repository (it builds "
+                                   "the library into the package), or build it with `make` and set "
+                                   "AGMM_LIBRARY=/path/to/libagmm.so")
     return _loaded[0]
 
 

@@ -40,6 +40,11 @@ agmm_status agmm_ext_gemm_run(agmm_ext_gemm *g, void *stream);
 /* NULL-safe. */
 void agmm_ext_gemm_destroy(agmm_ext_gemm *g);
 
+/* The library's operations are the agmm_op values 0 .. agmm_ext_op_count() - 1, each with its type
+ * (src/api): what the benchmark, the soak and the GPU step tests loop over, so that an operation
+ * added later is in them without a line there. Local. */
+int agmm_ext_op_count(void);
+
 /* How the last plan this rank made with backend NULL or "auto" got its backend: *how is
  * "measured", "cached" (rank 0's memory or the cache file) or "static" (NULL before any such
  * plan), *tune_ms the milliseconds its creation spent measuring (0 unless measured). Local. */
@@ -54,6 +59,7 @@ agmm_status agmm_ext_check_all_reduce(const agmm_all_reduce_desc *desc, char *wh
  * AGMM_OP_MATMUL_ALL_REDUCE), without a backend. */
 agmm_status agmm_ext_check_matmul_reduce(agmm_op op, int64_t m, int64_t n, int64_t k, agmm_layout b_layout, char *why,
                                          size_t why_len);
+agmm_status agmm_ext_check_all_reduce_rmsnorm(const agmm_all_reduce_rmsnorm_desc *desc, char *why, size_t why_len);
 
 /* Process worlds (agmm_world_join): agmm-bench's ranks are then separate processes, so they
  * meet and merge their results through the library's host collectives, bounded by the world's

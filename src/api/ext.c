@@ -166,6 +166,17 @@ agmm_status agmm_ext_check_matmul_reduce(agmm_op op, int64_t m, int64_t n, int64
     return st;
 }
 
+agmm_status agmm_ext_check_all_reduce_rmsnorm(const agmm_all_reduce_rmsnorm_desc *desc, char *why, size_t why_len)
+{
+    agmm_error err = {0};
+    agmm_status st = agmm_op_all_reduce_rmsnorm.check(desc, 1, &err);
+    if (st != AGMM_SUCCESS) {
+        set_why(why, why_len, err.msg);
+        return st;
+    }
+    return check_backend(AGMM_OP_ALL_REDUCE_RMSNORM, desc->backend, why, why_len);
+}
+
 agmm_status agmm_ext_barrier(agmm_ctx *ctx)
 {
     agmm_error_clear(agmm_ctx_err(ctx)); /* agmm_last_error describes this call */
@@ -179,6 +190,14 @@ agmm_status agmm_ext_exchange(agmm_ctx *ctx, const void *mine, size_t bytes, voi
 }
 
 int agmm_ext_launch_rank(void) { return agmm_world_launch_rank(); }
+
+int agmm_ext_op_count(void)
+{
+    int n = 0;
+    while (agmm_op_type_of((agmm_op)n) != NULL)
+        n++;
+    return n;
+}
 
 void agmm_ext_auto_choice(const agmm_ctx *ctx, const char **how, double *tune_ms)
 {

@@ -206,9 +206,9 @@ void test_world_nccl_one(void)
     agmm_check(strstr(agmm_world_describe(w), "NCCL 2.") != NULL, "world GPU W=1 describe names NCCL: %s",
                agmm_world_describe(w));
     /* A real GPU world has NCCL and peer memory: every backend of the table can run. */
-    const agmm_op ops[4] = {AGMM_OP_AG_MATMUL, AGMM_OP_ALL_REDUCE, AGMM_OP_MATMUL_REDUCE_SCATTER,
-                            AGMM_OP_MATMUL_ALL_REDUCE};
-    for (int oi = 0; oi < 4; oi++)
+    const agmm_op ops[5] = {AGMM_OP_AG_MATMUL, AGMM_OP_ALL_REDUCE, AGMM_OP_MATMUL_REDUCE_SCATTER,
+                            AGMM_OP_MATMUL_ALL_REDUCE, AGMM_OP_ALL_REDUCE_RMSNORM};
+    for (int oi = 0; oi < 5; oi++)
         for (int i = 0; agmm_backend_name(ops[oi], i) != NULL; i++) {
             char why[512] = "";
             int avail = agmm_backend_available(w, ops[oi], agmm_backend_name(ops[oi], i), why, sizeof why);
@@ -240,12 +240,16 @@ void test_world_emulated(void)
                "emulated world without nranks is refused: %s", err);
 }
 
-/* For compute-sanitizer: the heap, peer reads and barrier rounds at W = 2 (the pad barrier and
- * peek kernels), and a chunk flag raised and waited for by the single-thread signal kernels that
- * stand in where the driver lacks stream memory operations. */
-void test_world_small(void)
+/* For compute-sanitizer: the heap, peer reads and barrier rounds at W = nranks (the pad barrier and
+ * peek kernels; an emulated world, or the GPU world at W = 1), and a chunk flag raised and waited
+ * for by the single-thread signal kernels that stand in where the driver lacks stream memory
+ * operations. */
+void test_world_small(int nranks)
 {
-    heap_world(AGMM_WORLD_EMULATED, 2, 0);
+    if (nranks == 1)
+        heap_world(AGMM_WORLD_GPU, 1, 1);
+    else
+        heap_world(AGMM_WORLD_EMULATED, nranks, 0);
     uint32_t *flag = NULL, got = 0;
     agmm_dev_error *err_h = NULL, *err_d = NULL;
     cudaStream_t s = NULL;
