@@ -107,7 +107,7 @@ void test_plan_agreement(void);
 void test_pull_late_ready(void);
 void test_pull_slow_reader(void);
 void test_pull_timeouts(void);
-/* test_mr_fused.c: the fused matmul_reduce_scatter's tile waits, slot-free waits and timeouts. */
+/* test_mr_fused.c: the fused row-parallel matmuls' tile waits, slot-free waits and timeouts. */
 void test_mr_fused_late_writer(void);
 void test_mr_fused_slow_owner(void);
 void test_mr_fused_timeouts(void);

@@ -412,7 +412,7 @@ void test_matmul_reduce_bad_args(void)
         {4, AGMM_ERR_INVALID_ARG, "backend=fancy", "matmul_reduce_scatter takes auto, nccl, ce, one_shot or fused"},
         {5, AGMM_SUCCESS, "matmul_reduce_scatter backend=auto in the CPU world: the static rule", "chose one_shot"},
         {13, AGMM_SUCCESS, "matmul_all_reduce backend=NULL in the CPU world: the static rule", "chose one_shot"},
-        {6, AGMM_ERR_INVALID_ARG, "matmul_all_reduce backend=ce", "matmul_all_reduce takes auto, nccl, one_shot or two_shot"},
+        {6, AGMM_ERR_INVALID_ARG, "matmul_all_reduce backend=ce", "matmul_all_reduce takes auto, nccl, one_shot, two_shot or fused"},
         {7, AGMM_ERR_INVALID_ARG, "b_layout=5", "b_layout=5"},
         {8, AGMM_SUCCESS, "a good plan", ""},
         {9, AGMM_ERR_INVALID_ARG, "run with out=NULL on a rank that gets 8 rows", "out may be NULL only on a rank that gets no rows"},

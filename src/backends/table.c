@@ -20,6 +20,7 @@ extern const agmm_backend agmm_backend_matmul_reduce_scatter_fused;
 extern const agmm_backend agmm_backend_matmul_all_reduce_nccl;
 extern const agmm_backend agmm_backend_matmul_all_reduce_one_shot;
 extern const agmm_backend agmm_backend_matmul_all_reduce_two_shot;
+extern const agmm_backend agmm_backend_matmul_all_reduce_fused;
 extern const agmm_backend agmm_backend_all_reduce_rmsnorm_nccl;
 extern const agmm_backend agmm_backend_all_reduce_rmsnorm_one_shot;
 extern const agmm_backend agmm_backend_all_reduce_rmsnorm_two_shot;
@@ -40,6 +41,7 @@ static const agmm_backend *const table[] = {
     &agmm_backend_matmul_all_reduce_nccl,
     &agmm_backend_matmul_all_reduce_one_shot,
     &agmm_backend_matmul_all_reduce_two_shot,
+    &agmm_backend_matmul_all_reduce_fused,
     &agmm_backend_all_reduce_rmsnorm_nccl,
     &agmm_backend_all_reduce_rmsnorm_one_shot,
     &agmm_backend_all_reduce_rmsnorm_two_shot,

@@ -43,8 +43,8 @@ void test_auto_gpu(void);
 /* test_matmul_reduce.c: matmul_reduce_scatter and matmul_all_reduce, every backend, W = 1 and
  * emulated W = 2, 3, 4, 8 on odd shapes; a GPU world of every visible GPU; a rank that never runs. */
 void test_matmul_reduce_gpu(void);
-/* The fused reduce-scatter on shapes of many tiles straddling the blocks, W = 1, 2, 3, 4, 8, and
- * with a rank whose GEMM starts late. */
+/* The fused backends on shapes of many tiles straddling the reduce-scatter's blocks, W = 1, 2, 3,
+ * 4, 8, and with a rank whose GEMM starts late. */
 void test_matmul_reduce_fused(void);
 void test_matmul_reduce_gpu_world(void);
 void test_matmul_reduce_timeout(void);

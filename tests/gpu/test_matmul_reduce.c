@@ -13,10 +13,10 @@
  * Shapes: M = 1, 7, 37, 130 (fewer rows than ranks, not divisible by W), odd N, K = 64, 72, 128,
  * both layouts of B. And a rank that never runs: its peer's run ends in AGMM_ERR_TIMEOUT naming it.
  *
- * The fused reduce-scatter (its GEMM's epilogue scatters tiles and sums as they land) also on
- * shapes of many tiles, whose row tiles straddle the blocks of 2, 3, 4 and 8 ranks (and are taller
- * than a block at W = 8): M = 1000, 777, 3000, 256; and with one rank's GEMM 30 ms late in every
- * run (the delay hook), which its peers' sums must wait for. */
+ * The fused backends (their GEMM's epilogue scatters tiles and sums as they land) also on shapes
+ * of many tiles, whose row tiles straddle the reduce-scatter's blocks of 2, 3, 4 and 8 ranks (and
+ * are taller than a block at W = 8): M = 1000, 777, 3000, 256; and with one rank's GEMM 30 ms late
+ * in every run (the delay hook), which its peers' sums must wait for. */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -25,7 +25,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "backends/matmul_reduce_scatter_fused.h"
+#include "backends/matmul_reduce_fused.h"
 #include "core/numeric.h"
 #include "cpu/reference.h"
 #include "gpu_tests.h"
@@ -226,7 +226,7 @@ static void run_shapes(agmm_world *w, int nranks, const char *label, const mr_sh
             for (int bi = 0; agmm_backend_name(ops[o], bi) != NULL; bi++) {
                 const char *name = agmm_backend_name(ops[o], bi);
                 char why[512] = "";
-                if (only && (ops[o] != AGMM_OP_MATMUL_REDUCE_SCATTER || strcmp(name, only) != 0))
+                if (only && strcmp(name, only) != 0)
                     continue;
                 if (!agmm_backend_available(w, ops[o], name, why, sizeof why)) {
                     if (si == 0)
@@ -398,7 +398,8 @@ void test_matmul_reduce_timeout(void)
                  {AGMM_OP_MATMUL_REDUCE_SCATTER, "one_shot"},
                  {AGMM_OP_MATMUL_REDUCE_SCATTER, "fused"},
                  {AGMM_OP_MATMUL_ALL_REDUCE, "one_shot"},
-                 {AGMM_OP_MATMUL_ALL_REDUCE, "two_shot"}};
+                 {AGMM_OP_MATMUL_ALL_REDUCE, "two_shot"},
+                 {AGMM_OP_MATMUL_ALL_REDUCE, "fused"}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         agmm_world *w = gpu_test_world(AGMM_WORLD_EMULATED, 2, 0.25);
         if (w == NULL)

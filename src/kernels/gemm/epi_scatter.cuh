@@ -1,15 +1,18 @@
 /* The scatter epilogue (device code only): the GEMM half and the owner's sum of the fused
- * matmul_reduce_scatter (src/backends/matmul_reduce_scatter_fused.c has the protocol across
- * ranks and its CPU twin). The kernel computes this rank's partial P = A_r * B_r in the
- * reduce-scatter visit of core/schedule.h (row tiles over all M rows, homed in the block of their
- * first row, other blocks' tiles first); instead of writing C, each consumer warp sends the rows
- * of its piece of a tile to their owners and sums this rank's own rows. An epilogue type as
- * epilogue.cuh describes: made per consumer thread, store(job, acc) per tile, finish() at the end.
+ * matmul_reduce_scatter and matmul_all_reduce (src/backends/matmul_reduce_fused.c has the protocol
+ * across ranks and its CPU twin). The kernel computes this rank's partial P = A_r * B_r, for the
+ * reduce-scatter in the reduce-scatter visit of core/schedule.h (row tiles over all M rows, homed
+ * in the block of their first row, other blocks' tiles first), for the all-reduce (`all`) in a
+ * plain GEMM's visit, the same on every rank, where every rank owns every row and every tile is
+ * homed everywhere; instead of writing C, each consumer warp sends the rows of its piece of a tile
+ * to their owners and sums this rank's own rows. An epilogue type as epilogue.cuh describes: made
+ * per consumer thread, store(job, acc) per tile, finish() at the end.
  *
  * Memory (gemm_scatter, params.h): slots[q] is rank q's W slots (slot p: rank p's partial of q's
- * rows, rows(q) x N bf16 each, slot_bytes apart); signals[q] is rank q's words: the tile flags,
- * word tile * W + p (tile = its place in the grid: row tile * col_tiles + column tile), then the
- * done words, word tiles * W + owner. c is this rank's rows of S (rows(rank) x N).
+ * rows, rows(q) x N bf16 each (all: M x N), slot_bytes apart); signals[q] is rank q's words: the
+ * tile flags, word tile * W + p (tile = its place in the grid: row tile * col_tiles + column
+ * tile), then the done words, word tiles * W + owner. c is this rank's rows of S (rows(rank) x N;
+ * all: M x N).
  *
  * Per tile, per consumer warp (the 8 warps of a tile work alike, each on its 16-row pieces):
  *   slot free   before its first store into owner q != rank in this run, lane 0 waits (bounded,
@@ -31,9 +34,9 @@
  *               for slot `rank` (the same positions); peers' slots through .cg loads. The
  *               fragments are dead by then, so it runs out of line with no accumulators to keep.
  * finish(), every consumer warp:
- *   deferred    the tiles of this CTA homed in an earlier block that reach into this rank's rows:
- *               the tile wait, then the warp's piece of this rank's rows summed from all W slots
- *               (its own stored by this same warp in its pass).
+ *   deferred    (reduce-scatter) the tiles of this CTA homed in an earlier block that reach into
+ *               this rank's rows: the tile wait, then the warp's piece of this rank's rows summed
+ *               from all W slots (its own stored by this same warp in its pass).
  *   closing     fence, count the warp in on close_ctr (device memory of the plan); the last of the
  *               grid's 8 * gridDim.x warps (so every warp of the run has read the epoch word and
  *               finished reading the slots) resets the counter, stores e into the epoch word and e
@@ -133,12 +136,24 @@ struct epi_scatter {
     {
     }
 
-    __device__ __forceinline__ int rank() const { return p.core.sched.rank; }
-    __device__ __forceinline__ int nranks() const { return p.core.sched.nranks; }
-    /* The block (owner) of row g: rows < 2^31 (the engine's bound), so 32-bit division. */
+    __device__ __forceinline__ int rank() const { return p.scatter.rank; }
+    __device__ __forceinline__ int nranks() const { return p.scatter.nranks; }
+    /* Reduce-scatter: the block (owner) of row g; rows < 2^31 (the engine's bound), so 32-bit
+     * division. */
     __device__ __forceinline__ int owner(int64_t g) const
     {
         return (int)((uint32_t)g / (uint32_t)p.core.sched.block_rows);
+    }
+    /* The owners of tile j's rows: [*q0, *q1] (the all-reduce: every rank). */
+    __device__ __forceinline__ void tile_owners(const tile_job &j, int &q0, int &q1) const
+    {
+        q0 = p.scatter.all ? 0 : owner(j.row0);
+        q1 = p.scatter.all ? nranks() - 1 : owner(j.row0 + j.rows - 1);
+    }
+    /* This rank's first row of the output: its block's, or row 0 of all of S. */
+    __device__ __forceinline__ int64_t mine0() const
+    {
+        return p.scatter.all ? 0 : (int64_t)rank() * p.core.sched.block_rows;
     }
     __device__ __forceinline__ int64_t grid_tile(const tile_job &j) const
     {
@@ -217,7 +232,7 @@ struct epi_scatter {
     /* The tile wait, then this warp's piece of this rank's rows of tile j summed into c. */
     __device__ __forceinline__ void sum_piece(const tile_job &j)
     {
-        const int64_t n = p.core.n, mine0 = (int64_t)rank() * p.core.sched.block_rows;
+        const int64_t n = p.core.n, mine0 = this->mine0();
         const int vec_ok = (n & 7) == 0;
         if (nranks() > 1)
             wait_tile(grid_tile(j));
@@ -227,7 +242,7 @@ struct epi_scatter {
                     const int tr = row_off + mb * 64 + warp * 16 + lane / 8 + 4 * i;
                     const int tcol = col_off + ch * 64 + (lane % 8) * 8;
                     const int64_t g = j.row0 + tr, col = j.col0 + tcol;
-                    if (tr >= j.rows || tcol >= j.cols || owner(g) != rank())
+                    if (tr >= j.rows || tcol >= j.cols || (!p.scatter.all && owner(g) != rank()))
                         continue;
                     const int cnt = j.cols - tcol < 8 ? j.cols - tcol : 8;
                     sum_to_out((g - mine0) * n + col, (g - mine0) * n + col, cnt, vec_ok && cnt == 8);
@@ -237,7 +252,9 @@ struct epi_scatter {
     __device__ __forceinline__ void store(const tile_job &cur, float (&acc)[Cfg::MB][Cfg::WN / 2])
     {
         const int64_t n = p.core.n, rb = p.core.sched.block_rows;
-        const int me = rank(), q0 = owner(cur.row0), q1 = owner(cur.row0 + cur.rows - 1);
+        const int me = rank(), all = p.scatter.all;
+        int q0, q1;
+        tile_owners(cur, q0, q1);
         const int vec_ok = (n & 7) == 0; /* 16-byte aligned row pieces in slots and c */
         if (q0 != me || q1 != me)
             wait_slots_free(q0, q1);
@@ -263,9 +280,13 @@ struct epi_scatter {
                     const uint4 v = *(const uint4 *)(ep + r * EP_ROW_BYTES + c * 2);
                     const int tcol = col_off + ch * 64 + c;
                     if (row_w + r < cur.rows && tcol < cur.cols) {
-                        const int64_t g = cur.row0 + row_w + r;
-                        const int q = owner(g), cnt = cur.cols - tcol < 8 ? cur.cols - tcol : 8;
-                        scatter_put(slot_to(q) + (g - (int64_t)q * rb) * n + cur.col0 + tcol, v, cnt, vec_ok && cnt == 8);
+                        const int64_t g = cur.row0 + row_w + r, col = cur.col0 + tcol;
+                        const int cnt = cur.cols - tcol < 8 ? cur.cols - tcol : 8, vec = vec_ok && cnt == 8;
+                        if (all) /* every rank's slot `rank`, at the row itself */
+                            for (int q = 0; q < nranks(); q++)
+                                scatter_put(slot_to(q) + g * n + col, v, cnt, vec);
+                        else /* its owner's, at the row's place in the owner's block */
+                            scatter_put(slot_to(owner(g)) + (g - (int64_t)owner(g) * rb) * n + col, v, cnt, vec);
                     }
                 }
                 __syncwarp(); /* the staging rows are rewritten by the next 64 columns */
@@ -289,7 +310,7 @@ struct epi_scatter {
         const tile_walk<Cfg> walk(p.core);
         for (int64_t u = blockIdx.x; u < walk.nunits; u += gridDim.x) {
             const tile_job j = walk.job(u);
-            if (!j.local && owner(j.row0) < rank() && rank() <= owner(j.row0 + j.rows - 1))
+            if (!p.scatter.all && !j.local && owner(j.row0) < rank() && rank() <= owner(j.row0 + j.rows - 1))
                 sum_piece(j); /* deferred (header comment) */
         }
         close();

@@ -41,8 +41,9 @@ enum { AGMM_PULL_READY = 0, AGMM_PULL_DONE = 1 };
 /* Scatter mode (agmm_gemm_desc.scatter): where the partial's rows go and the signals that say so. */
 typedef struct {
     int on;                     /* 1: scatter mode */
+    int all;                    /* 1: every rank owns every row (the fused matmul_all_reduce) */
     void *const *slots;         /* device table [nranks]: rank q's nranks slots, slot_bytes apart (slot p:
-                                 * rank p's partial of q's rows, rows(q) x n bf16, row-major) */
+                                 * rank p's partial of q's rows, rows(q) x n bf16, row-major; all: m rows) */
     uint32_t *const *signals;   /* device table [nranks]: rank q's signal words: tiles * nranks tile flags
                                  * (word tile * nranks + src), then nranks done words; zero at plan time */
     uint64_t slot_bytes;        /* a multiple of 16 */
@@ -97,10 +98,14 @@ typedef struct {
      * owner, and each owner sums its rows of a tile in rank order into c as they land. m is all M
      * rows of A (this rank's A_r), nranks and rank are the world's, splits is 1, a_local NULL;
      * tiles are visited in core/schedule.h's reduce-scatter order; c is this rank's rows of S
-     * (rows(rank) x n; any aligned pointer where it has none). The tile grid names the flags, so
-     * every rank must run the same config (tiles = agmm_gemm_grid_tiles). Epochs on the device,
-     * as pull's: a CUDA graph replays a run as a new one; every rank's plan must run the same
-     * runs. Needs dev_error and timeout_ns with nranks > 1; refuses split-tail configs. */
+     * (rows(rank) x n; any aligned pointer where it has none). With scatter.all every rank owns
+     * every row: each tile goes to every rank, every rank sums every tile into c (all of S), and
+     * the tiles are visited in a plain GEMM's order, the same on every rank (CTA b of each rank
+     * waits for CTA b of the others: every rank must run the same grid, max_ctas included). The
+     * tile grid names the flags, so every rank must run the same config (tiles =
+     * agmm_gemm_grid_tiles). Epochs on the device, as pull's: a CUDA graph replays a run as a new
+     * one; every rank's plan must run the same runs. Needs dev_error and timeout_ns with nranks >
+     * 1; refuses split-tail configs. */
     agmm_gemm_scatter scatter;
     int max_ctas;         /* SM budget for the persistent grid; 0: every SM of the device */
     int config;           /* tile config index (agmm_gemm_config_name), -1: the policy picks (the

@@ -76,9 +76,11 @@ typedef struct {
     gemm_wait wait;
 } gemm_a_peers;
 
-/* The scatter epilogue's (epi_scatter.cuh: the fused matmul_reduce_scatter); the world's size,
- * this rank and the row split are the schedule's (core.sched: nranks, rank, block_rows, m). */
+/* The scatter epilogue's (epi_scatter.cuh: the fused matmul_reduce_scatter and matmul_all_reduce);
+ * the reduce-scatter's row split is the schedule's (core.sched.block_rows). */
 typedef struct {
+    int nranks, rank;
+    int all;                    /* every rank owns every row (all-reduce) */
     void *const *slots;         /* [q]: rank q's W slots (slot p: rank p's partial of q's rows) */
     uint32_t *const *signals;   /* [q]: rank q's tile flags [tile * W + src], then done words [tiles * W + owner] */
     uint64_t slot_bytes;

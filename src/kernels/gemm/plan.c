@@ -35,12 +35,14 @@ static agmm_status check_scatter(const agmm_gemm_desc *d, agmm_error *err)
     if (d->nranks > AGMM_MAX_RANKS)
         return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "gemm engine: scatter mode: nranks=%d: at most %d ranks",
                          d->nranks, AGMM_MAX_RANKS);
+    const int64_t slot_rows = sc->all ? d->m : (d->m + d->nranks - 1) / d->nranks;
     if (d->nranks > 1 && (!sc->slots || !sc->signals || sc->slot_bytes % 16 != 0 ||
-                          sc->slot_bytes < (uint64_t)((d->m + d->nranks - 1) / d->nranks * d->n) * 2))
+                          sc->slot_bytes < (uint64_t)(slot_rows * d->n) * 2))
         return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
                          "gemm engine: scatter mode with %d ranks needs the slots and signals tables and slot_bytes a "
-                         "multiple of 16 holding R x n bf16 (slots=%p signals=%p slot_bytes=%llu)",
-                         d->nranks, (void *)sc->slots, (void *)sc->signals, (unsigned long long)sc->slot_bytes);
+                         "multiple of 16 holding %lld x n bf16 (slots=%p signals=%p slot_bytes=%llu)",
+                         d->nranks, (long long)slot_rows, (void *)sc->slots, (void *)sc->signals,
+                         (unsigned long long)sc->slot_bytes);
     return AGMM_SUCCESS;
 }
 
@@ -222,18 +224,24 @@ fail:
     return st;
 }
 
-/* Scatter mode: the reduce-scatter visit of the world's row split, and the epilogue's parameters
- * with its epoch word and closing counter (device memory, zero). */
+/* Scatter mode: the reduce-scatter visit of the world's row split (the all-reduce keeps the plain
+ * visit, the same on every rank), and the epilogue's parameters with its epoch word and closing
+ * counter (device memory, zero). */
 static agmm_status scatter_create(agmm_gemm_plan *pl, agmm_error *err)
 {
     agmm_status st = AGMM_SUCCESS;
     const agmm_gemm_desc *d = &pl->desc;
     agmm_sched *s = &pl->params.core.sched;
     gemm_scatter *x = &pl->params.scatter;
-    s->nranks = d->nranks;
-    s->rank = d->rank;
-    s->block_rows = (d->m + d->nranks - 1) / d->nranks;
-    agmm_sched_init(s);
+    if (!d->scatter.all) {
+        s->nranks = d->nranks;
+        s->rank = d->rank;
+        s->block_rows = (d->m + d->nranks - 1) / d->nranks;
+        agmm_sched_init(s);
+    }
+    x->nranks = d->nranks;
+    x->rank = d->rank;
+    x->all = d->scatter.all;
     AGMM_CUDA_TRY(st, err, cudaMalloc(&pl->scatter_dev, 2 * sizeof(uint32_t)));
     AGMM_CUDA_TRY(st, err, cudaMemset(pl->scatter_dev, 0, 2 * sizeof(uint32_t)));
     x->slots = d->scatter.slots;
@@ -341,7 +349,8 @@ agmm_status agmm_gemm_plan_create(agmm_gemm_plan **out, const agmm_gemm_desc *d,
         AGMM_TRY(st, pair_grid(pl, budget, err));
     AGMM_TRY(st, agmm_gemm_plan_set_ptrs(pl, d->a, d->a_local, d->b, d->c, err));
     snprintf(pl->name, sizeof pl->name, "%s%s ctas=%d tiles=%lld%s%s", pl->config->name, b_mn ? " B-row" : "",
-             pl->ctas, (long long)pl->tiles, split, d->pull ? " pull" : sc ? " scatter" : "");
+             pl->ctas, (long long)pl->tiles, split,
+             d->pull ? " pull" : !sc ? "" : d->scatter.all ? " scatter-all" : " scatter");
     *out = pl;
     return AGMM_SUCCESS;
 fail:
