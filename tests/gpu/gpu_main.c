@@ -48,6 +48,7 @@ static const agmm_test_case cases[] = {
     {"matmul_reduce_gpu_world", test_matmul_reduce_gpu_world},
     {"matmul_reduce_timeout", test_matmul_reduce_timeout},
     {"gemm_engine", gemm_engine},
+    {"gemm_engine_pull", test_gemm_engine_pull},
     {"all_reduce_gpu", all_reduce_gpu},
     {"leaks", test_leaks_gpu},
     {"graph_w1", test_graph_w1},

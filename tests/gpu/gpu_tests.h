@@ -44,6 +44,9 @@ void test_auto_gpu(void);
 void test_matmul_reduce_gpu(void);
 void test_matmul_reduce_gpu_world(void);
 void test_matmul_reduce_timeout(void);
+/* test_gemm_engine_pull.c: the engine's pull mode under every tile config and B layout, two ranks
+ * on one GPU (ready waits, gathered A stores, closing barrier). */
+void test_gemm_engine_pull(void);
 /* Timing at W = 1 of ce against nccl on the seed shapes; runs only with AGMM_GPUTEST_PERF=1. */
 void test_ag_matmul_perf_w1(void);
 
