@@ -47,12 +47,13 @@ LIB_C   := $(foreach l,$(SRC_DIRS),$(wildcard src/$(l)/*.c))
 LIB_CU  := $(if $(filter 1,$(CUDA)),$(foreach l,$(SRC_DIRS),$(wildcard src/$(l)/*.cu)))
 LIB_OBJ := $(LIB_C:%.c=$(BUILD)/%.o) $(LIB_CU:%.cu=$(BUILD)/%.o)
 
-TEST_C     := $(filter-out tests/test_process.c,$(wildcard tests/test_*.c)) tests/fault_scenario.c tests/harness.c
+TEST_C     := $(filter-out tests/test_process.c,$(wildcard tests/test_*.c)) tests/fault_scenario.c tests/harness.c \
+              tests/arn_check.c
 # One rank of a process world, started N times by tests/process_test.sh and fault_process_test.sh
 # (and bench/process_run.sh).
 PROCTEST_C := tests/test_process.c tests/fault_process.c tests/fault_scenario.c tests/test_cpu_backends.c \
-              tests/proc_matmul_reduce.c tests/harness.c
-GPUTEST_C  := $(wildcard tests/gpu/*.c) tests/harness.c
+              tests/proc_matmul_reduce.c tests/harness.c tests/arn_check.c
+GPUTEST_C  := $(wildcard tests/gpu/*.c) tests/harness.c tests/arn_check.c
 BENCH_C    := $(wildcard tools/*.c)
 
 .PHONY: all test gputest clean install uninstall

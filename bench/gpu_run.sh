@@ -68,6 +68,9 @@ fi
 if [ $RUN_BENCH = 1 ]; then
     step "bench all_reduce W=1" "$OUT/bench.log" $B --op all_reduce --world gpu --ranks 1 --graph \
         --csv "$OUT/all_reduce_w1.csv" ${BENCH_ARGS:-}
+    # T = 1..2048 x H = 4096, 8192 (the default sweep), with bias and residual.
+    step "bench all_reduce_rmsnorm W=1" "$OUT/bench.log" $B --op all_reduce_rmsnorm --world gpu --ranks 1 \
+        --graph --backends nccl,one_shot,two_shot,auto --csv "$OUT/all_reduce_rmsnorm_w1.csv" ${BENCH_ARGS:-}
     # Emulated: 8 ranks share one GPU (its memory, not NVLink): correctness and relative cost only.
     step "bench ag_matmul emulated W=8" "$OUT/bench.log" $B --op ag_matmul --world emulated --ranks 8 \
         --shapes 256:2048:256 --backends ce,fused --warmup 10 --iters 30 --timeout 10 \
@@ -75,6 +78,9 @@ if [ $RUN_BENCH = 1 ]; then
     step "bench all_reduce emulated W=8" "$OUT/bench.log" $B --op all_reduce --world emulated --ranks 8 \
         --sizes 4093,16387,2^16,2^20,2^24 --warmup 10 --iters 30 --timeout 10 \
         --csv "$OUT/all_reduce_emu8.csv" ${BENCH_ARGS:-}
+    step "bench all_reduce_rmsnorm emulated W=4" "$OUT/bench.log" $B --op all_reduce_rmsnorm --world emulated \
+        --ranks 4 --tokens 1,8,128,2048 --hidden 8192 --warmup 10 --iters 30 --timeout 10 \
+        --csv "$OUT/all_reduce_rmsnorm_emu4.csv" ${BENCH_ARGS:-}
 fi
 
 echo

@@ -36,8 +36,10 @@ def main():
     for r in rows:
         if r["state"] != "ok" or r[args.metric] == "":
             continue
-        x = int(r["m"]) if op == "ag_matmul" else int(r["n"])
-        series.setdefault(r["backend"], []).append((x, float(r[args.metric])))
+        x = int(r["m"]) if op in ("ag_matmul", "all_reduce_rmsnorm") else int(r["n"])
+        # all_reduce_rmsnorm: one line per backend and H, against T
+        name = f"{r['backend']} H={r['n']}" if op == "all_reduce_rmsnorm" else r["backend"]
+        series.setdefault(name, []).append((x, float(r[args.metric])))
     if not series:
         sys.exit(f"plot.py: no timed, correct cells with {args.metric} in {args.csv}")
 
@@ -49,11 +51,12 @@ def main():
     for backend, pts in sorted(series.items()):
         pts.sort()
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3, label=backend)
-    if op == "all_reduce":
+    if op in ("all_reduce", "all_reduce_rmsnorm"):
         ax.set_xscale("log", base=2)
     if args.metric.endswith("_us"):
         ax.set_yscale("log")
-    ax.set_xlabel("M = N = K (rows per rank)" if op == "ag_matmul" else "elements per rank")
+    ax.set_xlabel({"ag_matmul": "M = N = K (rows per rank)", "all_reduce_rmsnorm": "T (rows of x)"}.get(
+        op, "elements per rank"))
     ax.set_ylabel(args.metric)
     ax.set_title(f"{op}, W = {rows[0]['nranks']} ({rows[0]['world']}), {rows[0]['dtype']}")
     ax.grid(True, which="both", alpha=0.3)

@@ -3,7 +3,7 @@
 agmm's backends as columns beside PyTorch's, Helion's and kraken's, all timed one way.
 
     torchrun --nproc-per-node W bench/torch_bench.py
-        [--op all|ag_matmul|all_reduce|matmul_reduce_scatter|matmul_all_reduce] [--out DIR]
+        [--op all|ag_matmul|all_reduce|matmul_reduce_scatter|matmul_all_reduce|all_reduce_rmsnorm] [--out DIR]
 
 ag_matmul columns: nccl (all_gather_into_tensor + torch.matmul: the baseline), torch_symm_mem
 (torch.ops.symm_mem.fused_all_gather_matmul on a rendezvoused shard), helion and kraken (when their
@@ -11,7 +11,10 @@ modules import: --peers-path points at their source trees; "not installed" other
 agmm_<backend> for each backend of libagmm (agmm.torch.ag_matmul, shard in symm_empty memory; with
 --agmm-input copy, a plain tensor that the op copies in). all_reduce columns: nccl (dist.all_reduce),
 symm_one_shot / symm_two_shot (torch.ops.symm_mem one_shot_all_reduce / two_shot_all_reduce_),
-helion_oneshot / kraken_oneshot when importable, agmm_<backend>. NVLink multicast is never used:
+helion_oneshot / kraken_oneshot when importable, agmm_<backend>. all_reduce_rmsnorm (rows T x H):
+torch (dist.all_reduce + bias + residual + torch's rms_norm: the baseline), kraken's and Helion's
+fused kernels when they import, agmm_<backend> (bench/torch_bench_rmsnorm.py says how each gets the
+same work). NVLink multicast is never used:
 no multimem column, TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and NCCL_NVLS_ENABLE=0 are required.
 The row-parallel matmuls' columns are bench/torch_bench_mr.py's (their default shapes: the cubes,
 then the 70B shapes 8192,8192,3584 and 8192,8192,1024, matmul_all_reduce first the decode shapes
@@ -58,6 +61,9 @@ import agmm.torch as at                                    # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_bench_mr as mr                                # noqa: E402
+import torch_bench_rmsnorm as arn                          # noqa: E402
+
+ALL_OPS = ("ag_matmul", "all_reduce") + mr.OPS + ("all_reduce_rmsnorm",)
 
 SEED_SIZES = [4093, 4096, 5000, 8192, 8193, 16384, 16380, 16387] + [1 << p for p in range(15, 21)]
 FLUSH_BYTES = 256 << 20
@@ -80,11 +86,12 @@ def parse_size(text):
 
 def options():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--op", choices=("all", "ag_matmul", "all_reduce") + mr.OPS, default="all")
+    ap.add_argument("--op", choices=("all",) + ALL_OPS, default="all")
     ap.add_argument("--shapes", default="256:4096:128", help="M = N = K values, START:STOP:STEP or a,b,c")
     ap.add_argument("--shape", action="append", default=[], help="M,N,K (repeatable; replaces --shapes)")
     ap.add_argument("--sizes", default=",".join(map(str, SEED_SIZES)), help="all_reduce elements, e.g. 4093,2^20")
     ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"), help="all_reduce dtype")
+    arn.add_options(ap)
     ap.add_argument("--warmup", type=int, default=50)
     ap.add_argument("--iters", type=int, default=100)
     ap.add_argument("--no-flush", action="store_true", help="skip the L2 flush before each call")
@@ -143,7 +150,10 @@ def rel_err(got, want):
 
 
 def check(result, golden, op):
-    """(ok, err, exact_a, note) of a column's first result against nccl's."""
+    """(ok, err, exact_a, note) of a column's first result against the baseline's (all_reduce_rmsnorm:
+    y alone; some columns return no residual)."""
+    if op == "all_reduce_rmsnorm":
+        result, golden = arn.first_y(result), arn.first_y(golden)
     if op == "ag_matmul":
         (a, c), (a_ref, c_ref) = result, golden
         if tuple(a.shape) != tuple(a_ref.shape) or tuple(c.shape) != tuple(c_ref.shape):
@@ -170,6 +180,8 @@ def import_first(candidates):
 
 
 def peers(op):
+    if op == "all_reduce_rmsnorm":
+        return arn.peers(import_first)
     if op == "ag_matmul":
         return {"helion": import_first([("examples.all_gather_matmul", "helion_all_gather_matmul"),
                                         ("examples.distributed.all_gather_matmul", "helion_all_gather_matmul")]),
@@ -252,8 +264,13 @@ def all_reduce_columns(x, args, group_name, peer_fns):
     return cols
 
 
+def baseline(op):
+    """The column every other is checked against and sped up over."""
+    return "torch" if op == "all_reduce_rmsnorm" else "nccl"
+
+
 def measure(columns, op, timer):
-    """{column: row fields}. A column's inputs come fresh; nccl's first result is the golden one."""
+    """{column: row fields}. A column's inputs come fresh; the baseline's first result is the golden one."""
     out, golden = {}, None
     for name, col in columns.items():
         if isinstance(col, Absent):
@@ -264,7 +281,7 @@ def measure(columns, op, timer):
         try:
             inputs = make()
             first = call(*inputs)
-            if name == "nccl":
+            if name == baseline(op):
                 # A copy: in-place columns go on reducing their input while they are timed.
                 golden = tuple(t.clone() for t in first) if isinstance(first, tuple) else first.clone()
                 ok, err, exact_a, note = True, 0.0, 1, ""
@@ -299,7 +316,9 @@ def finish_rows(op, key, cells, w, dtype):
         r = {f: "" for f in CSV_FIELDS}
         r.update(op=op, world="gpu", nranks=w, dtype=dtype, backend=name, state=c["state"], note=c.get("note", ""),
                  best=int(name == best))
-        if op != "all_reduce":
+        if op == "all_reduce_rmsnorm":
+            r.update(m=key[0], n=key[1], k=0)
+        elif op != "all_reduce":
             r.update(m=key[0], n=key[1], k=key[2])
         else:
             r.update(m=0, n=key, k=0)
@@ -312,11 +331,12 @@ def finish_rows(op, key, cells, w, dtype):
                 r["tflops"] = f"{2.0 * w * key[0] * key[1] * key[2] / t * 1e-6:.3f}"
             elif op in mr.OPS:
                 r["tflops"] = f"{mr.tflops(key, t):.3f}"
-            else:
-                algbw = key * (2 if dtype == "bfloat16" else 4) / t * 1e-3
+            else:   # all_reduce_rmsnorm: the all-reduced x, T x H bf16
+                elems = key[0] * key[1] if op == "all_reduce_rmsnorm" else key
+                algbw = elems * (2 if dtype == "bfloat16" else 4) / t * 1e-3
                 r["algbw_gbps"], r["busbw_gbps"] = f"{algbw:.3f}", f"{algbw * 2 * (w - 1) / w:.3f}"
-            if "nccl" in timed:
-                r["speedup_vs_nccl"] = f"{timed['nccl'] / t:.4f}"
+            if baseline(op) in timed:
+                r["speedup_vs_nccl"] = f"{timed[baseline(op)] / t:.4f}"
             if name.startswith("agmm_") and not math.isnan(best_torch):
                 r["speedup_vs_best_torch"] = f"{best_torch / t:.4f}"
         rows.append(r)
@@ -332,14 +352,15 @@ def cell(row, metric):
 def print_table(op, w, rows_by_key, bests, metric, title):
     names = list(next(iter(rows_by_key.values())).keys())
     agmm_names = [n for n in names if n.startswith("agmm_")]
-    head = (["shape" if op != "all_reduce" else "elements"] + names + ["Best Backend"] +
+    head = ([{"all_reduce": "elements", "all_reduce_rmsnorm": "T x H"}.get(op, "shape")] + names + ["Best Backend"] +
             [f"{n[5:]}/best torch" for n in agmm_names] + ["best agmm÷torch"])
     widths = [max(len(h), 13) for h in head]
     widths[0] = 20
     print(f"\n{title}")
     print("  ".join(h.rjust(wd) for h, wd in zip(head, widths)))
     for key, rows in rows_by_key.items():
-        label = f"({key[0]}, {key[1]}, {key[2]})" if op != "all_reduce" else str(key)
+        label = (str(key) if op == "all_reduce" else f"{key[0]} x {key[1]}" if op == "all_reduce_rmsnorm" else
+                 f"({key[0]}, {key[1]}, {key[2]})")
         t = {n: float(r[metric]) for n, r in rows.items() if r["state"] == "ok"}
         torch_best = min((v for n, v in t.items() if not n.startswith("agmm_")), default=math.nan)
         agmm_best = min((v for n, v in t.items() if n.startswith("agmm_")), default=math.nan)
@@ -379,11 +400,11 @@ def run_op(op, args, timer, group_name, meta):
     rank, w = dist.get_rank(), dist.get_world_size()
     peer_fns = peers(op)
     rows_all, rows_by_key, bests = [], {}, {}
-    keys = args.shapes if op == "ag_matmul" else args.sizes
+    keys = {"ag_matmul": args.shapes, "all_reduce_rmsnorm": arn.keys(args)}.get(op, args.sizes)
     if op in mr.OPS:
         keys = args.shapes if args.given_shapes else mr.default_shapes(op, args.shapes)
         peer_fns = mr.peers(op, import_first)
-    dtype = "bfloat16" if op != "all_reduce" else args.dtype
+    dtype = args.dtype if op == "all_reduce" else "bfloat16"
     for key in keys:
         gen = torch.Generator(device="cuda").manual_seed(42 + rank)     # the seed's per-rank seeds
         if op in mr.OPS:
@@ -394,6 +415,8 @@ def run_op(op, args, timer, group_name, meta):
             a = torch.randn((m, k), generator=gen, device="cuda").to(torch.bfloat16)
             b = torch.randn((k, n), generator=gen, device="cuda").to(torch.bfloat16).T.contiguous().T
             columns = ag_matmul_columns(a, b, args, group_name, peer_fns)
+        elif op == "all_reduce_rmsnorm":
+            columns = arn.columns(key, args, group_name, peer_fns, Absent, agmm_input, 42 + rank)
         else:
             x = torch.randn((key,), generator=gen, device="cuda").to(getattr(torch, dtype))
             columns = all_reduce_columns(x, args, group_name, peer_fns)
@@ -437,7 +460,7 @@ def main():
     except agmm.Unsupported as e:      # e.g. a process world this libagmm cannot make yet
         args.agmm_absent = Absent("skipped", str(e))
     args.agmm_backends = {op: [b for b in (args.backends.split(",") if args.backends else agmm.backends(op))
-                               if b in agmm.backends(op)] for op in ("ag_matmul", "all_reduce") + mr.OPS}
+                               if b in agmm.backends(op)] for op in ALL_OPS}
     props = torch.cuda.get_device_properties(local_rank)
     meta = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "torch": torch.__version__,
             "cuda": torch.version.cuda, "device": props.name, "world_size": dist.get_world_size(),
@@ -451,7 +474,7 @@ def main():
               flush=True)
     timer = Timer(args)
     wrong = False
-    for op in (("ag_matmul", "all_reduce") + mr.OPS if args.op == "all" else (args.op,)):
+    for op in (ALL_OPS if args.op == "all" else (args.op,)):
         wrong |= run_op(op, args, timer, group_name, meta)
     if wrong and dist.get_rank() == 0:
         print("torch_bench.py: a column's result differs from nccl's (state 'wrong' above): exit status 1")

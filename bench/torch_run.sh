@@ -1,22 +1,24 @@
 #!/usr/bin/env bash
-# The torch side of agmm on the GPU machine, in one call (under 5 minutes): installs the Python
+# The torch side of agmm on the GPU machine, in one call (under 7 minutes): installs the Python
 # package from this tree (offline, into /tmp), runs python/tests under torchrun with one process
 # (the torch tests, and the CPU-world ones), then the seed's benchmark with every column at W = 1
-# (bench/torch_bench.py, the full sweep: 31 shapes and the seed's 14 all-reduce sizes). Writes
-# under $OUT (6 files): torch_run.log (install + pytest), torch_bench.log, torch_ag_matmul.{csv,json},
-# torch_all_reduce.{csv,json}; prints the pytest verdict and the benchmark's tables last.
+# (bench/torch_bench.py, the full sweep: 31 shapes, the seed's 14 all-reduce sizes and 12
+# all_reduce_rmsnorm rows T x H). Writes under $OUT (8 files): torch_run.log (install + pytest),
+# torch_bench.log, torch_ag_matmul.{csv,json}, torch_all_reduce.{csv,json},
+# torch_all_reduce_rmsnorm.{csv,json}; prints the pytest verdict and the benchmark's tables last.
 #
 #   bench/torch_run.sh [BUILD_DIR]        default BUILD_DIR: build (a CUDA build of libagmm.so)
 #
 # Carry: BUILD_DIR (libagmm.so) and, where the machine's Python has no pytest, .whl/ with its
 # wheels (made on a development machine by `python3 -m pip download pytest -d .whl`).
-# Environment: OUT (default ./out), PYTEST_TIMEOUT (default 120 s) and BENCH_TIMEOUT (default 150 s)
-# bound the two steps, BENCH_ARGS (extra torch_bench.py options, e.g. --shapes 256:4096:256). The
+# Environment: OUT (default ./out), PYTEST_TIMEOUT (default 120 s) and BENCH_TIMEOUT (default 240 s)
+# bound the two steps, BENCH_ARGS (extra torch_bench.py options, e.g. --shapes 256:4096:256, or
+# --op all_reduce_rmsnorm for that table alone). The
 # benchmark prints a line per shape as it goes, so a step cut short still brings back what it did.
 set -u -o pipefail
 BUILD=${1:-build}
 PYTEST_TIMEOUT=${PYTEST_TIMEOUT:-120}
-BENCH_TIMEOUT=${BENCH_TIMEOUT:-150}
+BENCH_TIMEOUT=${BENCH_TIMEOUT:-240}
 . "$(dirname "$0")/gpu_env.sh"          # no multicast; the wheel's NCCL, which libagmm.so's headers match
 LOG=$OUT/torch_run.log
 : >"$LOG"

@@ -10,6 +10,10 @@
  *               (the row-parallel GEMM of a tensor-parallel layer, training and prefill).
  *   matmul_all_reduce       the same, every rank getting the whole S (M x N; decode, small M).
  *               Both: bf16 in and out; "the row-parallel matmuls" below says how S is summed.
+ *   all_reduce_rmsnorm      every rank holds x_r (T x H), and bias (H) and residual (T x H) if
+ *               any; every rank gets r' = sum_r x_r + bias + residual (the new residual) and
+ *               y = RMSNorm(r') * gamma: the all-reduce that ends a tensor-parallel layer, with the
+ *               add and the norm after it. bf16 in and out, fp32 sums and norm.
  * Each operation has several backends (algorithms), named by strings: agmm_backend_name lists
  * them, and "auto" (or NULL) lets the library choose.
  *
@@ -107,11 +111,12 @@ typedef enum {
     AGMM_OP_AG_MATMUL = 0,
     AGMM_OP_ALL_REDUCE = 1,
     AGMM_OP_MATMUL_REDUCE_SCATTER = 2,
-    AGMM_OP_MATMUL_ALL_REDUCE = 3
+    AGMM_OP_MATMUL_ALL_REDUCE = 3,
+    AGMM_OP_ALL_REDUCE_RMSNORM = 4
 } agmm_op;
 
-/* The operation's name: "ag_matmul", "all_reduce", "matmul_reduce_scatter", "matmul_all_reduce";
- * "?" for any other value. Local. Never NULL; a static string. */
+/* The operation's name: "ag_matmul", "all_reduce", "matmul_reduce_scatter", "matmul_all_reduce",
+ * "all_reduce_rmsnorm"; "?" for any other value. Local. Never NULL; a static string. */
 const char *agmm_op_name(agmm_op op);
 
 typedef enum { AGMM_DTYPE_BF16 = 0, AGMM_DTYPE_F32 } agmm_dtype;
@@ -355,10 +360,10 @@ agmm_op agmm_plan_op(const agmm_plan *plan);
 const char *agmm_plan_backend(const agmm_plan *plan);
 
 /* The rank's symmetric input buffer, 16-byte aligned: A_r (m x k bf16, row-major) for ag_matmul,
- * the n-element vector for all_reduce; device memory on GPUs, host memory in the CPU world. The
- * caller writes it (ordered before the run on the same stream) and must not write it again until
- * that run has completed on its stream. Local. Owned by the plan; NULL for NULL, and for the
- * row-parallel matmuls, which take A_r in their io. */
+ * the n-element vector for all_reduce, x_r (T x H bf16, row-major) for all_reduce_rmsnorm; device
+ * memory on GPUs, host memory in the CPU world. The caller writes it (ordered before the run on
+ * the same stream) and must not write it again until that run has completed on its stream. Local.
+ * Owned by the plan; NULL for NULL, and for the row-parallel matmuls, which take A_r in their io. */
 void *agmm_plan_input(agmm_plan *plan);
 
 /* Allocates symmetric memory for the caller: `bytes` on every rank, zeroed, 256-byte aligned,
@@ -488,6 +493,60 @@ agmm_status agmm_plan_matmul_all_reduce(agmm_plan **plan, agmm_ctx *ctx, const a
  * operation), AGMM_ERR_TIMEOUT, CUDA/NCCL/cuBLAS errors. */
 agmm_status agmm_matmul_reduce_scatter(agmm_plan *plan, const agmm_matmul_reduce_scatter_io *io, void *stream);
 agmm_status agmm_matmul_all_reduce(agmm_plan *plan, const agmm_matmul_all_reduce_io *io, void *stream);
+
+/* ---- all_reduce_rmsnorm: the all-reduce that ends a layer, with bias, residual and RMSNorm ---- */
+
+/* What it computes, row by row (t < T) and column by column (h < H), on every rank:
+ *   r'[t][h] = bf16( x_0[t][h] + x_1[t][h] + ... + x_{W-1}[t][h] + bias[h] + residual[t][h] )
+ *   y[t][h]  = bf16( r'[t][h] * rstd[t] * gamma[h] ),  rstd[t] = 1 / sqrt(mean_h(r'[t][h]^2) + eps)
+ * in fp32, summed in that order (ranks 0..W-1, then bias, then residual) and rounded once to r';
+ * the norm is taken of the rounded r' (the residual the next layer reads: what serving engines
+ * do). docs/all_reduce_rmsnorm.md gives the order of every fp32 operation: the backends one_shot
+ * and two_shot, in every world, give bit for bit the same r' and y on every rank; `nccl` rounds the
+ * sum to bf16 first (ncclAllReduce's output) and sums in NCCL's order.
+ * bias, residual and gamma are replicated in tensor parallelism and must hold the same values on
+ * every rank: a backend may use another rank's copy for some rows (two_shot normalises each row on
+ * the rank that owns it). */
+typedef struct {
+    int64_t tokens;        /* T: rows of x, >= 1 */
+    int64_t hidden;        /* H: columns, a multiple of 8 (16-byte rows), >= 8 */
+    double eps;            /* > 0 and finite, used as fp32 (it must not round to 0 or inf there) */
+    const char *backend;   /* NULL or "auto": the library chooses; else
+                              agmm_backend_name(ALL_REDUCE_RMSNORM, i) */
+    int64_t reserved[8];   /* must be zero */
+} agmm_all_reduce_rmsnorm_desc;
+
+/* One run's buffers: T x H and H bf16 arrays, row-major, caller-owned, 16-byte aligned on GPUs
+ * (device memory there, host memory in the CPU world). The outputs must not overlap the input or
+ * each other, nor gamma, bias or residual, except residual_out == residual (the residual updated
+ * in place). */
+typedef struct {
+    void *y;               /* T x H out: RMSNorm(r') * gamma */
+    void *residual_out;    /* T x H out: r', the new residual; may equal residual */
+    const void *gamma;     /* H: the norm's weight; required */
+    const void *bias;      /* H, or NULL: no bias */
+    const void *residual;  /* T x H, or NULL: no residual */
+    const void *input;     /* NULL: x_r is in agmm_plan_input(plan) (T x H). Else it is here, as for
+                              agmm_all_reduce_io.input */
+    void *reserved[4];     /* must be NULL */
+} agmm_all_reduce_rmsnorm_io;
+
+/* Plans an all_reduce_rmsnorm on one rank: what agmm_plan_ag_matmul does for ag_matmul (see it for
+ * auto's measuring and the agreement of the ranks before anything is allocated); the plan
+ * allocates its symmetric input (x_r: agmm_plan_input) and the buffers its backend meets through.
+ * Collective: every rank passes the same descriptor. The descriptor is copied; the caller owns
+ * *plan until agmm_plan_destroy. Statuses: as agmm_plan_ag_matmul (AGMM_ERR_INVALID_ARG names the
+ * field: "hidden=100 is not a multiple of 8: ..."). */
+agmm_status agmm_plan_all_reduce_rmsnorm(agmm_plan **plan, agmm_ctx *ctx, const agmm_all_reduce_rmsnorm_desc *desc);
+/* Enqueues one run on `stream`: r' into io->residual_out and y into io->y, from x_r (the plan's
+ * input or io->input), gamma, bias and residual; the input is left unchanged. Collective: every
+ * rank runs its plans in the same order (streams and graphs: "streams and CUDA graphs" above). io
+ * and its buffers are the caller's: once the run has completed on `stream`, this rank may
+ * overwrite its input, gamma, bias and residual and read the outputs (no peer touches them any
+ * more). A missing peer and a failed run as for agmm_ag_matmul. Statuses: AGMM_ERR_INVALID_ARG
+ * (io: a missing y, residual_out or gamma, misalignment, overlap; a plan of another operation),
+ * AGMM_ERR_TIMEOUT, CUDA/NCCL errors. */
+agmm_status agmm_all_reduce_rmsnorm(agmm_plan *plan, const agmm_all_reduce_rmsnorm_io *io, void *stream);
 
 #ifdef __cplusplus
 }

@@ -52,6 +52,16 @@ bad "--splits 100" --world cpu --splits 100
 bad --shape --world cpu --shape "2^,8,8"
 bad one_shot --world cpu --op ag_matmul --backends one_shot
 bad "listed twice" --world cpu --backends nccl,ce,nccl
+# all_reduce_rmsnorm's rows: every T with every H, each checked with the library's rules.
+bad "hidden=100 is not a multiple of 8" --op all_reduce_rmsnorm --tokens 3 --hidden 100
+bad "--tokens and --hidden go together" --op all_reduce_rmsnorm --tokens 3
+bad "--tokens" --op all_reduce_rmsnorm --tokens 0 --hidden 64
+bad "--eps 0" --op all_reduce_rmsnorm --eps 0
+bad "eps=1e-50" --op all_reduce_rmsnorm --tokens 1 --hidden 8 --eps 1e-50
+bad "apply to --op all_reduce_rmsnorm" --op all_reduce --tokens 3 --hidden 8
+bad "--sizes" --op all_reduce_rmsnorm --sizes 8
+bad "--dtype" --op all_reduce_rmsnorm --dtype fp32
+bad ce --world cpu --op all_reduce_rmsnorm --backends ce
 
 bad "--bogus-flag: unknown option" --bogus-flag
 bad "--bogus-flag: unknown option" --bogus-flag x
@@ -160,6 +170,12 @@ done
 bad "matmul_reduce_scatter: K=12" --world cpu --op matmul_reduce_scatter --shape 8,8,12
 bad "matmul_all_reduce: N=12 is not a multiple of 8" --world cpu --op matmul_all_reduce --b-layout row --shape 8,12,8
 bad --sizes --op matmul_all_reduce --sizes 8
+"$bench" --world cpu --op all_reduce_rmsnorm --ranks 3 --tokens 1,7 --hidden 264,1032 --backends nccl,one_shot,two_shot,auto \
+    --warmup 0 --iters 1 --csv "$tmp/arn.csv" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+rows=$(grep -cE '^[0-9]+ x [0-9]+ +bf16 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ \(one_shot\) ' "$tmp/out")
+[ $rc -eq 0 ] && [ "$rows" -eq 4 ] && [ "$(grep -c '^all_reduce_rmsnorm,cpu,3,[17],' "$tmp/arn.csv")" -eq 16 ]
+check "CPU all_reduce_rmsnorm run (T 1,7 x H 264,1032): exit 0, 4 rows timed for nccl, one_shot, two_shot and auto (one_shot), 16 CSV lines (got $rc, $rows rows; $(tail -c 200 "$tmp/err"))" $?
 
 # The README's backend table is the library's table as agmm-bench prints it, verbatim.
 "$bench" --list-backends >"$tmp/lb" 2>"$tmp/err"

@@ -45,6 +45,13 @@ void test_matmul_reduce_bad_args(void);
 /* proc_matmul_reduce.c (agmm-proctest): one backend of a row-parallel matmul on odd shapes, in a
  * world of processes; PASS/FAIL lines per shape. stream: the rank's cudaStream_t on GPUs. */
 void proc_matmul_reduce(agmm_ctx *ctx, int nranks, int gpu, void *stream, agmm_op op, const char *backend);
+/* test_ar_norm.c: all_reduce_rmsnorm's CPU backends, checks and bounded waits. */
+void test_arn_numerics(void);
+void test_arn_cpu_backends(void);
+void test_arn_validate(void);
+void test_arn_timeout(void);
+void test_arn_auto(void);
+void test_arn_faults(void);
 
 /* test_cpu_protocols.c: per-chunk waits of the fused GEMM, timeouts. */
 void test_cpu_fused_waits(void);

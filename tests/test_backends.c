@@ -19,7 +19,7 @@
 enum { TABLE_CAP = 256 };
 
 static const agmm_op public_ops[] = {AGMM_OP_AG_MATMUL, AGMM_OP_ALL_REDUCE, AGMM_OP_MATMUL_REDUCE_SCATTER,
-                                     AGMM_OP_MATMUL_ALL_REDUCE};
+                                     AGMM_OP_MATMUL_ALL_REDUCE, AGMM_OP_ALL_REDUCE_RMSNORM};
 #define NOPS ((int)(sizeof public_ops / sizeof public_ops[0]))
 
 static int op_is_known(agmm_op op)
@@ -163,9 +163,10 @@ void test_backend_table(void)
                    agmm_backend_summary(AGMM_OP_AG_MATMUL, "auto") == NULL &&
                    agmm_backend_summary(AGMM_OP_AG_MATMUL, NULL) == NULL && strcmp(agmm_op_name((agmm_op)7), "?") == 0 &&
                    strcmp(agmm_op_name(AGMM_OP_AG_MATMUL), "ag_matmul") == 0 &&
-                   strcmp(agmm_op_name(AGMM_OP_ALL_REDUCE), "all_reduce") == 0,
+                   strcmp(agmm_op_name(AGMM_OP_ALL_REDUCE), "all_reduce") == 0 &&
+                   strcmp(agmm_op_name(AGMM_OP_ALL_REDUCE_RMSNORM), "all_reduce_rmsnorm") == 0,
                "backend queries: op 7 lists nothing and is named \"?\"; no summary for \"nope\", \"auto\" or NULL; "
-               "agmm_op_name gives ag_matmul, all_reduce");
+               "agmm_op_name gives ag_matmul, all_reduce, all_reduce_rmsnorm");
 }
 
 /* ---- the public queries in a CPU world ---- */
@@ -208,6 +209,10 @@ static agmm_status plan_named(agmm_plan **plan, agmm_ctx *ctx, agmm_op op, const
     if (op == AGMM_OP_MATMUL_ALL_REDUCE) {
         agmm_matmul_all_reduce_desc d = {.m = 16, .n = 16, .k = 16, .backend = backend};
         return agmm_plan_matmul_all_reduce(plan, ctx, &d);
+    }
+    if (op == AGMM_OP_ALL_REDUCE_RMSNORM) {
+        agmm_all_reduce_rmsnorm_desc d = {.tokens = 4, .hidden = 16, .eps = 1e-6, .backend = backend};
+        return agmm_plan_all_reduce_rmsnorm(plan, ctx, &d);
     }
     agmm_all_reduce_desc d = {.n = 100, .dtype = AGMM_DTYPE_BF16, .backend = backend};
     return agmm_plan_all_reduce(plan, ctx, &d);

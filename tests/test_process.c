@@ -3,8 +3,9 @@
  * bench/process_run.sh (emulated ranks: processes sharing one GPU). It runs every backend the
  * world offers on odd shapes (M = 1, 7, 129; N = 8, 264; K = 8, 72; both layouts of B; one and
  * three chunks), all_reduce on odd sizes, the row-parallel matmuls on odd shapes
- * (proc_matmul_reduce.c), each twice with fresh small-integer inputs and
- * poisoned outputs, and compares with the fp64 reference bit for bit; then a run reading its
+ * (proc_matmul_reduce.c), each twice with fresh small-integer inputs and poisoned outputs, and
+ * compares with the fp64 reference bit for bit, and all_reduce_rmsnorm on T not divisible by W,
+ * with and without bias and residual (arn_check.h); then a run reading its
  * input from caller-owned symmetric memory; with --expect-span, that a world whose ranks claim
  * different hosts offers only the backends that need no peer memory, and that `auto` takes
  * nccl. Each rank prints its own PASS/FAIL lines, prefixed with its rank, and the summary.
@@ -27,6 +28,7 @@
 #include "core/hostmem.h"
 #include "core/numeric.h"
 #include "core/text.h"
+#include "arn_check.h"
 #include "cpu/reference.h"
 #include "cpu_tests.h"
 #include "fault_scenario.h"
@@ -260,6 +262,31 @@ static void test_all_reduce_sizes(const char *backend)
         }
 }
 
+/* ---- all_reduce_rmsnorm ---- */
+
+static int arn_copy(void *dst, const void *src, size_t bytes, void *stream) { return dev_copy(dst, src, bytes); }
+
+/* T not divisible by W, T < W, with and without bias and residual, in place, io.input (the
+ * checks: arn_check.h). */
+static void test_arn_shapes(const char *backend)
+{
+    const arn_dev dev = {dev_alloc, dev_free, arn_copy, NULL};
+    const arn_case cases[] = {
+        {1, 8, 1e-5, 1, 1, 0, 0, 1},
+        {2 * P.nranks + 1, 264, 1e-5, 1, 1, 0, 0, 1},
+        {P.nranks - 1 > 0 ? P.nranks - 1 : 1, 72, 1e-6, 0, 0, 0, 0, 1},
+        {7, 1032, 1e-6, 1, 1, 1, 1, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        arn_result res;
+        char name[128];
+        arn_check_run(P.ctx, backend, &cases[i], &dev, 2, 900 + i, &res);
+        agmm_check(res.runs == 2, "rank %d: all_reduce_rmsnorm/%s W=%d %s (2 runs): right (rel err r' %.1e, y %.1e)%s%s",
+                   P.rank, backend, P.nranks, arn_case_name(&cases[i], name, sizeof name), res.r_err, res.y_err,
+                   res.msg[0] ? ": " : "", res.msg);
+    }
+}
+
 /* ---- what the ranks settle at plan time, across processes ---- */
 
 /* A descriptor wrong on rank 1 only: every process fails alike, the others with rank 1's own
@@ -335,8 +362,12 @@ static void test_span(void)
     static const struct {
         agmm_op op;
         const char *backend;
-    } symmetric[] = {{AGMM_OP_AG_MATMUL, "ce"}, {AGMM_OP_AG_MATMUL, "fused"}, {AGMM_OP_ALL_REDUCE, "one_shot"},
-                     {AGMM_OP_ALL_REDUCE, "two_shot"}};
+    } symmetric[] = {{AGMM_OP_AG_MATMUL, "ce"},
+                     {AGMM_OP_AG_MATMUL, "fused"},
+                     {AGMM_OP_ALL_REDUCE, "one_shot"},
+                     {AGMM_OP_ALL_REDUCE, "two_shot"},
+                     {AGMM_OP_ALL_REDUCE_RMSNORM, "one_shot"},
+                     {AGMM_OP_ALL_REDUCE_RMSNORM, "two_shot"}};
     for (size_t i = 0; i < sizeof symmetric / sizeof *symmetric; i++) {
         char why[512] = "";
         int avail = agmm_backend_available(P.world, symmetric[i].op, symmetric[i].backend, why, sizeof why);
@@ -490,8 +521,8 @@ int main(int argc, char **argv)
                 test_host_memory_shared();
         }
         static const agmm_op ops[] = {AGMM_OP_AG_MATMUL, AGMM_OP_ALL_REDUCE, AGMM_OP_MATMUL_REDUCE_SCATTER,
-                                      AGMM_OP_MATMUL_ALL_REDUCE};
-        for (int o = 0; o < 4; o++)
+                                      AGMM_OP_MATMUL_ALL_REDUCE, AGMM_OP_ALL_REDUCE_RMSNORM};
+        for (int o = 0; o < 5; o++)
             for (int b = 0; agmm_backend_name(ops[o], b) != NULL; b++) {
                 const char *name = agmm_backend_name(ops[o], b);
                 char why[512];
@@ -504,6 +535,8 @@ int main(int argc, char **argv)
                     proc_symmetric_input(name);
                 } else if (ops[o] == AGMM_OP_ALL_REDUCE) {
                     test_all_reduce_sizes(name);
+                } else if (ops[o] == AGMM_OP_ALL_REDUCE_RMSNORM) {
+                    test_arn_shapes(name);
                 } else {
                     proc_matmul_reduce(P.ctx, P.nranks, P.gpu, P.stream, ops[o], name);
                 }

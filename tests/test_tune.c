@@ -403,6 +403,7 @@ static const agmm_ag_matmul_desc sample_mm = {.m = 37, .n = 72, .k = 24};
 static const agmm_all_reduce_desc sample_ar = {.n = 4093, .dtype = AGMM_DTYPE_F32};
 static const agmm_matmul_reduce_scatter_desc sample_rs = {.m = 37, .n = 72, .k = 24};
 static const agmm_matmul_all_reduce_desc sample_mar = {.m = 5, .n = 72, .k = 24, .b_layout = AGMM_LAYOUT_ROW_MAJOR};
+static const agmm_all_reduce_rmsnorm_desc sample_arn = {.tokens = 7, .hidden = 264, .eps = 1e-5};
 static const op_sample samples[] = {
     {AGMM_OP_AG_MATMUL, &sample_mm, " op=ag_matmul M=37 N=72 K=24 b_layout=col splits=1", 3,
      {24 * 72 * 2, 2 * 37 * 24 * 2, 2 * 37 * 72 * 2}},
@@ -412,6 +413,8 @@ static const op_sample samples[] = {
      {37 * 24 * 2, 24 * 72 * 2, 19 * 72 * 2}},
     {AGMM_OP_MATMUL_ALL_REDUCE, &sample_mar, " op=matmul_all_reduce M=5 N=72 K=24 b_layout=row", 3,
      {5 * 24 * 2, 24 * 72 * 2, 5 * 72 * 2}},
+    {AGMM_OP_ALL_REDUCE_RMSNORM, &sample_arn, " op=all_reduce_rmsnorm tokens=7 hidden=264 eps=9.99999975e-06", 5,
+     {7 * 264 * 2, 7 * 264 * 2, 264 * 2, 264 * 2, 7 * 264 * 2}},
 };
 
 typedef struct {

@@ -19,8 +19,8 @@ static const char *const usage_head =
     "Runs every backend of an operation over a sweep, checks each result, times it and prints the\n"
     "seed's table (one column per backend, Best Backend) and the extra figures.\n"
     "\n"
-    "  --op OP             ag_matmul (default), all_reduce, matmul_reduce_scatter or\n"
-    "                      matmul_all_reduce\n"
+    "  --op OP             ag_matmul (default), all_reduce, matmul_reduce_scatter,\n"
+    "                      matmul_all_reduce or all_reduce_rmsnorm\n"
     "  --shape M,N,K       a matmul shape (repeatable); ag_matmul: M = rows per rank; the\n"
     "                      row-parallel matmuls: M = rows of S (before the scatter), K = each\n"
     "                      rank's slice of the reduced dimension\n"
@@ -31,6 +31,11 @@ static const char *const usage_head =
     "  --sizes LIST        all_reduce elements per rank, comma-separated; 2^E allowed\n"
     "                      (default: the seed's 4093,4096,5000,8192,8193,16384,16380,16387,\n"
     "                      2^15..2^20, and 2^22, 2^24, 2^27 on GPUs)\n"
+    "  --tokens LIST       all_reduce_rmsnorm rows T, comma-separated (default on GPUs:\n"
+    "                      1,8,32,128,512,2048; on the CPU: 1,7,33); every T with every H\n"
+    "  --hidden LIST       all_reduce_rmsnorm columns H, multiples of 8 (default on GPUs: 4096,8192;\n"
+    "                      on the CPU: 264,1032); rows have bias and residual\n"
+    "  --eps E             all_reduce_rmsnorm's epsilon (default 1e-6)\n"
     "  --backends LIST     comma-separated backend names, auto too (default: every backend of the\n"
     "                      op that runs in the world); the backends are listed below\n"
     "  --list-backends     print the backends as a markdown table and exit\n"
@@ -65,7 +70,7 @@ static const char *const usage_head =
     "rank exits with the same status (docs/processes.md).\n";
 
 static const agmm_op ops[] = {AGMM_OP_AG_MATMUL, AGMM_OP_ALL_REDUCE, AGMM_OP_MATMUL_REDUCE_SCATTER,
-                             AGMM_OP_MATMUL_ALL_REDUCE};
+                             AGMM_OP_MATMUL_ALL_REDUCE, AGMM_OP_ALL_REDUCE_RMSNORM};
 
 void bench_usage(FILE *f)
 {
@@ -269,6 +274,38 @@ static int check_backends(bench_options *o, char names[][32])
     return 0;
 }
 
+/* all_reduce_rmsnorm's rows: every T of `tokens` with every H of `hidden` (NULL: the world's
+ * default, filled in apply_defaults), each checked with the library's rules. 0, or 2 after
+ * printing the problem. */
+static int parse_arn_rows(bench_options *o, const char *tokens, const char *hidden)
+{
+    if (!tokens && !hidden)
+        return 0;
+    if (!tokens || !hidden)
+        return bad(tokens ? "--tokens" : "--hidden", NULL, "--tokens and --hidden go together (every T with every H)");
+    char t[BENCH_MAX_ROWS][32], h[BENCH_MAX_ROWS][32];
+    int nt = split(tokens, ',', t, BENCH_MAX_ROWS), nh = split(hidden, ',', h, BENCH_MAX_ROWS);
+    if (nt < 0 || nh < 0)
+        return bad(nt < 0 ? "--tokens" : "--hidden", nt < 0 ? tokens : hidden, "must be a comma-separated list");
+    if (nt * nh > BENCH_MAX_ROWS)
+        return bad("--tokens/--hidden", NULL, "too many rows (at most 256 T x H pairs)");
+    for (int i = 0; i < nt; i++)
+        for (int k = 0; k < nh; k++) {
+            agmm_all_reduce_rmsnorm_desc d = {.eps = o->eps};
+            char why[512];
+            if (parse_i64(t[i], 1, (int64_t)1 << 40, &d.tokens))
+                return bad("--tokens", t[i], "must be an integer (or 2^E) in 1..2^40");
+            if (parse_i64(h[k], 1, (int64_t)1 << 40, &d.hidden))
+                return bad("--hidden", h[k], "must be an integer (or 2^E) in 1..2^40");
+            if (agmm_ext_check_all_reduce_rmsnorm(&d, why, sizeof why) != AGMM_SUCCESS)
+                return bad(d.hidden % 8 || d.hidden < 8 ? "--hidden" : "--tokens/--hidden/--eps", NULL, why);
+            o->shapes[o->nrows][0] = d.tokens;
+            o->shapes[o->nrows][1] = d.hidden;
+            o->shapes[o->nrows++][2] = 0;
+        }
+    return 0;
+}
+
 int bench_parse(int argc, char **argv, bench_options *o)
 {
     memset(o, 0, sizeof *o);
@@ -276,7 +313,9 @@ int bench_parse(int argc, char **argv, bench_options *o)
     o->flush = 1;
     o->b_layout = AGMM_LAYOUT_COL_MAJOR;
     o->dtype = AGMM_DTYPE_BF16;
-    const char *shapes = NULL, *sizes = NULL;
+    o->eps = 1e-6;
+    const char *shapes = NULL, *sizes = NULL, *tokens = NULL, *hidden = NULL;
+    int dtype_set = 0;
     const char *shape_args[BENCH_MAX_ROWS];
     char backend_names[BENCH_MAX_BACKENDS][32];
     int nshape_flags = 0;
@@ -308,7 +347,9 @@ int bench_parse(int argc, char **argv, bench_options *o)
             else if (!strcmp(v, "all_reduce")) o->op = AGMM_OP_ALL_REDUCE;
             else if (!strcmp(v, "matmul_reduce_scatter")) o->op = AGMM_OP_MATMUL_REDUCE_SCATTER;
             else if (!strcmp(v, "matmul_all_reduce")) o->op = AGMM_OP_MATMUL_ALL_REDUCE;
-            else return bad(a, v, "must be ag_matmul, all_reduce, matmul_reduce_scatter or matmul_all_reduce");
+            else if (!strcmp(v, "all_reduce_rmsnorm")) o->op = AGMM_OP_ALL_REDUCE_RMSNORM;
+            else return bad(a, v, "must be ag_matmul, all_reduce, matmul_reduce_scatter, matmul_all_reduce or "
+                            "all_reduce_rmsnorm");
         } else if (!strcmp(a, "--shape")) {
             char f[3][32];
             if (nshape_flags == BENCH_MAX_ROWS)
@@ -322,6 +363,16 @@ int bench_parse(int argc, char **argv, bench_options *o)
             shapes = v;
         } else if (!strcmp(a, "--sizes")) {
             sizes = v;
+        } else if (!strcmp(a, "--tokens")) {
+            tokens = v;
+        } else if (!strcmp(a, "--hidden")) {
+            hidden = v;
+        } else if (!strcmp(a, "--eps")) {
+            char *end;
+            errno = 0;
+            o->eps = strtod(v, &end);
+            if (*end || errno || !(o->eps > 0))
+                return bad(a, v, "must be a number > 0");
         } else if (!strcmp(a, "--backends")) {
             int n = split(v, ',', backend_names, BENCH_MAX_BACKENDS);
             if (n < 0)
@@ -346,6 +397,7 @@ int bench_parse(int argc, char **argv, bench_options *o)
             else if (!strcmp(v, "row")) o->b_layout = AGMM_LAYOUT_ROW_MAJOR;
             else return bad(a, v, "must be col or row");
         } else if (!strcmp(a, "--dtype")) {
+            dtype_set = 1;
             if (!strcmp(v, "bf16")) o->dtype = AGMM_DTYPE_BF16;
             else if (!strcmp(v, "fp32")) o->dtype = AGMM_DTYPE_F32;
             else return bad(a, v, "must be bf16 or fp32");
@@ -366,10 +418,16 @@ int bench_parse(int argc, char **argv, bench_options *o)
         }
         i += takes;
     }
-    if (o->op == AGMM_OP_ALL_REDUCE && (nshape_flags || shapes))
-        return bad("--shape/--shapes", NULL, "apply to the matmul operations; all_reduce takes --sizes");
+    if ((o->op == AGMM_OP_ALL_REDUCE || o->op == AGMM_OP_ALL_REDUCE_RMSNORM) && (nshape_flags || shapes))
+        return bad("--shape/--shapes", NULL, "apply to the matmul operations; all_reduce takes --sizes, "
+                   "all_reduce_rmsnorm --tokens and --hidden");
     if (o->op != AGMM_OP_ALL_REDUCE && sizes)
-        return bad("--sizes", sizes, "applies to --op all_reduce; the matmul operations take --shape or --shapes");
+        return bad("--sizes", sizes, "applies to --op all_reduce; the matmul operations take --shape or --shapes, "
+                   "all_reduce_rmsnorm --tokens and --hidden");
+    if (o->op == AGMM_OP_ALL_REDUCE_RMSNORM && dtype_set)
+        return bad("--dtype", NULL, "applies to --op all_reduce (all_reduce_rmsnorm is bf16)");
+    if (o->op != AGMM_OP_ALL_REDUCE_RMSNORM && (tokens || hidden || o->eps != 1e-6))
+        return bad("--tokens/--hidden/--eps", NULL, "apply to --op all_reduce_rmsnorm");
     if (check_backends(o, backend_names))
         return 2;
     o->nrows = nshape_flags;
@@ -396,6 +454,8 @@ int bench_parse(int argc, char **argv, bench_options *o)
                 return bad("--sizes", f[i], "must be an integer (or 2^E) in 1..2^40");
         o->nrows = n;
     }
+    if (o->op == AGMM_OP_ALL_REDUCE_RMSNORM && parse_arn_rows(o, tokens, hidden))
+        return 2;
     if ((o->csv_path && check_output("--csv", o->csv_path)) || (o->json_path && check_output("--json", o->json_path)))
         return 2;
     /* The library's knobs are checked here, so a bad one is exit 2 before any device starts. */
@@ -419,6 +479,9 @@ static const int64_t seed_sizes[] = {4093, 4096, 5000, 8192, 8193, 16384, 16380,
                                      1 << 17, 1 << 18, 1 << 19, 1 << 20};
 static const int64_t gpu_large_sizes[] = {1 << 22, 1 << 24, 1 << 27};
 static const int64_t cpu_sizes[] = {1, 7, 4093, 16387, 65536};
+/* all_reduce_rmsnorm's T x H (issue 22: decode to prefill token counts, Llama hidden sizes). */
+static const int64_t arn_gpu_tokens[] = {1, 8, 32, 128, 512, 2048}, arn_gpu_hidden[] = {4096, 8192};
+static const int64_t arn_cpu_tokens[] = {1, 7, 33}, arn_cpu_hidden[] = {264, 1032};
 
 /* Fills the default sweep, counts and backends for the world that was created. */
 static void apply_defaults(bench_results *r, agmm_world *world)
@@ -429,7 +492,15 @@ static void apply_defaults(bench_results *r, agmm_world *world)
         o->warmup = gpu ? 50 : 2;
     if (o->iters < 0)
         o->iters = gpu ? 100 : 5;
-    if (o->nrows == 0 && o->op != AGMM_OP_ALL_REDUCE) {
+    if (o->nrows == 0 && o->op == AGMM_OP_ALL_REDUCE_RMSNORM) {
+        const int64_t *t = gpu ? arn_gpu_tokens : arn_cpu_tokens, *h = gpu ? arn_gpu_hidden : arn_cpu_hidden;
+        const int nt = gpu ? 6 : 3;
+        for (int i = 0; i < nt; i++)
+            for (int k = 0; k < 2; k++) {
+                o->shapes[o->nrows][0] = t[i];
+                o->shapes[o->nrows++][1] = h[k];
+            }
+    } else if (o->nrows == 0 && o->op != AGMM_OP_ALL_REDUCE) {
         /* matmul_all_reduce's case first: decode, M tokens of a 70B model's row-parallel layer at TP 8. */
         for (int i = 0; gpu && o->op == AGMM_OP_MATMUL_ALL_REDUCE && i < 4; i++) {
             o->shapes[o->nrows][0] = (int64_t[]){1, 8, 32, 128}[i];
@@ -463,7 +534,7 @@ static void apply_defaults(bench_results *r, agmm_world *world)
     r->nbackends = o->nbackends;
     r->nrows = o->nrows;
     for (int i = 0; i < o->nrows; i++) {
-        if (o->op != AGMM_OP_ALL_REDUCE) {
+        if (o->op != AGMM_OP_ALL_REDUCE) { /* the matmuls' M, N, K; all_reduce_rmsnorm's T, H */
             r->rows[i].m = o->shapes[i][0];
             r->rows[i].n = o->shapes[i][1];
             r->rows[i].k = o->shapes[i][2];

@@ -20,7 +20,7 @@ typedef struct {
     agmm_op op;
     agmm_world_kind world;
     int nranks;                  /* 0: the world's default */
-    int64_t shapes[BENCH_MAX_ROWS][3];  /* M, N, K (ag_matmul) */
+    int64_t shapes[BENCH_MAX_ROWS][3];  /* M, N, K (ag_matmul); T, H, 0 (all_reduce_rmsnorm) */
     int64_t sizes[BENCH_MAX_ROWS];      /* n (all_reduce) */
     int nrows;                   /* 0: the default sweep for the world */
     const char *backends[BENCH_MAX_BACKENDS]; /* names from the library's table, or "auto" */
@@ -32,6 +32,7 @@ typedef struct {
     int splits;
     agmm_layout b_layout;
     agmm_dtype dtype;
+    double eps;                  /* all_reduce_rmsnorm's */
     double timeout_s;
     const char *csv_path, *json_path;
     const char *fault;           /* --fault SPEC (exported as AGMM_FAULT), or NULL */
@@ -44,7 +45,8 @@ typedef struct {
     char note[AGMM_ERROR_LEN + 32]; /* why skipped / what failed: "rank R: " and the library's message */
     double mean_us, median_us, min_us, max_us;
     double graph_mean_us, graph_median_us;  /* --graph: replays of one captured run; 0: none */
-    double err;                  /* rel. Frobenius error of C or of the sum (max over ranks) */
+    double err;                  /* rel. Frobenius error of C or of the sum (max over ranks; all_reduce_rmsnorm:
+                                    the larger of r' and y's) */
     int exact_a;                 /* gathered A equal bit for bit on every rank */
     /* The "auto" column: the backend auto chose, how, and what measuring cost (rank 0's). */
     const char *chose, *how;
@@ -52,7 +54,7 @@ typedef struct {
 } bench_cell;
 
 typedef struct {
-    int64_t m, n, k;             /* ag_matmul shape; all_reduce: n only */
+    int64_t m, n, k;             /* ag_matmul shape; all_reduce: n only; all_reduce_rmsnorm: T = m, H = n */
     double gemm_us;              /* plain GEMM on the gathered shape, cuBLASLt/CPU (<= 0: not measured) */
     double engine_us;            /* the same with agmm's GEMM engine (<= 0: not measured) */
     bench_cell cell[BENCH_MAX_BACKENDS];

@@ -119,7 +119,10 @@ int bench_sync_all_ok(bench_results *r, int ok)
 void bench_progress(const bench_results *r, int row)
 {
     const bench_row *w = &r->rows[row];
-    if (r->opt.op != AGMM_OP_ALL_REDUCE)
+    if (r->opt.op == AGMM_OP_ALL_REDUCE_RMSNORM)
+        fprintf(stderr, "agmm-bench: row %d/%d T=%lld H=%lld done\n", row + 1, r->nrows, (long long)w->m,
+                (long long)w->n);
+    else if (r->opt.op != AGMM_OP_ALL_REDUCE)
         fprintf(stderr, "agmm-bench: row %d/%d (%lld, %lld, %lld) done\n", row + 1, r->nrows, (long long)w->m,
                 (long long)w->n, (long long)w->k);
     else

@@ -9,11 +9,14 @@
 #include "bench.h"
 
 static const char *op_name(const bench_results *r) { return agmm_op_name(r->opt.op); }
-/* Every operation but all_reduce is a matmul: rows are shapes (M, N, K), times are TFLOP/s. */
-static int is_matmul(const bench_results *r) { return r->opt.op != AGMM_OP_ALL_REDUCE; }
+/* The matmuls: rows are shapes (M, N, K), times are TFLOP/s; the all-reduces' are bandwidths. */
+static int is_matmul(const bench_results *r)
+{
+    return r->opt.op != AGMM_OP_ALL_REDUCE && r->opt.op != AGMM_OP_ALL_REDUCE_RMSNORM;
+}
 static const char *dtype_name(const bench_results *r)
 {
-    return is_matmul(r) || r->opt.dtype == AGMM_DTYPE_BF16 ? "bf16" : "fp32";
+    return r->opt.op != AGMM_OP_ALL_REDUCE || r->opt.dtype == AGMM_DTYPE_BF16 ? "bf16" : "fp32";
 }
 /* The last column of the matmul figures: the gathered A exact, or every rank the same S. */
 static const char *exact_column(const bench_results *r)
@@ -63,8 +66,16 @@ static void shape_str(const bench_results *r, const bench_row *row, char *buf, s
 {
     if (is_matmul(r))
         snprintf(buf, len, "(%lld, %lld, %lld)", (long long)row->m, (long long)row->n, (long long)row->k);
+    else if (r->opt.op == AGMM_OP_ALL_REDUCE_RMSNORM)
+        snprintf(buf, len, "%lld x %lld", (long long)row->m, (long long)row->n);
     else
         snprintf(buf, len, "%lld", (long long)row->n);
+}
+
+/* The head of the rows' first column. */
+static const char *shape_head(const bench_results *r)
+{
+    return is_matmul(r) ? "shape" : r->opt.op == AGMM_OP_ALL_REDUCE_RMSNORM ? "T x H" : "n";
 }
 
 typedef struct {
@@ -89,7 +100,9 @@ static derived derive(const bench_results *r, const bench_row *row, int b)
         if (row->engine_us > 0 && c->median_us > 0)
             d.vs_engine = c->median_us / row->engine_us;
     } else {
-        double bytes = (double)row->n * (r->opt.dtype == AGMM_DTYPE_F32 ? 4 : 2);
+        /* all_reduce_rmsnorm: the all-reduced message, x (T x H bf16) */
+        double bytes = r->opt.op == AGMM_OP_ALL_REDUCE_RMSNORM ? (double)row->m * (double)row->n * 2
+                                                                : (double)row->n * (r->opt.dtype == AGMM_DTYPE_F32 ? 4 : 2);
         d.algbw_gbps = bytes / t_s * 1e-9;
         d.busbw_gbps = d.algbw_gbps * 2.0 * (r->nranks - 1) / r->nranks;
     }
@@ -119,9 +132,12 @@ void report_print(const bench_results *r, FILE *f)
         fprintf(f, "# time: mean us of %d calls after %d warm-up calls, %s%s\n", r->opt.iters, r->opt.warmup,
                 r->gpu ? "rank 0's CUDA events" : "rank 0's wall clock",
                 !r->opt.flush ? ", no cache flush" : r->gpu ? ", L2 flushed before each call" : ", 64 MB written before each call");
+    if (r->opt.op == AGMM_OP_ALL_REDUCE_RMSNORM)
+        fprintf(f, "# every row with bias and residual, eps=%g; algbw = x's T*H*2 bytes / time; err = the larger "
+                   "of r' and y's rel. error vs fp64\n", r->opt.eps);
     fprintf(f, "\nBenchmarking results for %s on %dx %s (time_us).\n", op_name(r), r->nranks,
             r->gpu ? "devices" : r->proc_ctx ? "CPU process-ranks" : "CPU thread-ranks");
-    fprintf(f, "%-22s %-6s", is_matmul(r) ? "shape" : "n", "dtype");
+    fprintf(f, "%-22s %-6s", shape_head(r), "dtype");
     for (int b = 0; b < r->nbackends; b++)
         fprintf(f, " %*s", col_width(r, b), r->backends[b]);
     fprintf(f, "  Best Backend\n");
@@ -145,7 +161,7 @@ void report_print(const bench_results *r, FILE *f)
         fprintf(f, "  %s\n", best >= 0 ? r->backends[best] : "-");
     }
 
-    fprintf(f, "\n%-22s %-10s %10s %10s", is_matmul(r) ? "shape" : "n", "backend", "mean_us", "median_us");
+    fprintf(f, "\n%-22s %-10s %10s %10s", shape_head(r), "backend", "mean_us", "median_us");
     if (r->opt.graph)
         fprintf(f, " %9s", "graph_us");
     if (is_matmul(r))

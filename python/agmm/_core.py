@@ -19,6 +19,7 @@ from ._lib import raise_status
 _AG_MATMUL_FIELDS = ("op", "M (rows of a_shard)", "N (columns of b)", "K (columns of a_shard, rows of b)",
                      "layout of b", "backend", "splits")
 _ALL_REDUCE_FIELDS = ("op", "number of elements", "dtype", "backend")
+_ARN_FIELDS = ("op", "tokens (rows of x)", "hidden (the last dimension of x)", "eps", "backend")
 
 # The library's INVALID_ARG messages start with the field they are about ("K=100 is not ...");
 # these are the caller's arguments behind each field.
@@ -33,6 +34,9 @@ _MATMUL_REDUCE_FIELDS = ("op", "M (rows of a)", "N (columns of b)", "K (columns 
 _MATMUL_REDUCE_ARGS = {"M": "a", "N": "b", "K": "a and b (K)", "shape M": "a and b", "b_layout": "b",
                        "backend": "backend", "io->a": "a, b and the output (16-byte aligned, not overlapping)",
                        "io->out": "the output", "io->c": "the output"}
+_ARN_ARGS = {"tokens": "x (its rows)", "hidden": "x (its last dimension)", "eps": "eps", "backend": "backend",
+             "io->input": "x", "io->y": "out (y)", "io->residual_out": "out (residual_out)", "io->gamma": "gamma",
+             "io->bias": "bias", "io->residual": "residual"}
 
 
 def _arg_namer(table):
@@ -46,8 +50,9 @@ def _arg_namer(table):
 
 
 def backend_names(op):
-    """The library's backends of `op` ("ag_matmul", "all_reduce", "matmul_reduce_scatter" or
-    "matmul_all_reduce"), in its order; "auto" is not one of them (it lets the library choose)."""
+    """The library's backends of `op` ("ag_matmul", "all_reduce", "matmul_reduce_scatter",
+    "matmul_all_reduce" or "all_reduce_rmsnorm"), in its order; "auto" is not one of them (it lets
+    the library choose)."""
     lib, code, names = _lib.lib(), _lib.OPS[op], []
     while True:
         name = lib.agmm_backend_name(code, len(names))
@@ -182,6 +187,18 @@ class Context:
         """(first row, rows) of S this rank gets from matmul_reduce_scatter."""
         return _lib.reduce_scatter_rows(m, self.nranks, self.rank)
 
+    def all_reduce_rmsnorm_plan(self, tokens, hidden, eps, backend, capturing=None):
+        key = ("all_reduce_rmsnorm", tokens, hidden, float(eps), backend)
+        plan = self._lookup(key, capturing)
+        if plan is None:
+            self.agree(key, _ARN_FIELDS, "all_reduce_rmsnorm")
+            desc = _lib.AllReduceRmsnormDesc(tokens=tokens, hidden=hidden, eps=eps,
+                                             backend=None if backend == "auto" else backend.encode())
+            plan = self._create(key, _lib.lib().agmm_plan_all_reduce_rmsnorm, desc, _lib.AllReduceRmsnormIo(),
+                                "all_reduce_rmsnorm", _ARN_ARGS)
+            plan.input_bytes = tokens * hidden * 2
+        return plan
+
     def _lookup(self, key, capturing=None):
         plan = self._plans.get(key)
         if plan is None and capturing is not None:
@@ -247,6 +264,16 @@ class Context:
         st = fn(plan.ptr, ctypes.byref(io), stream)
         if st != _lib.SUCCESS:
             self.fail(st, op, _arg_namer(_MATMUL_REDUCE_ARGS))
+        self.stats["runs"] += 1
+
+    def run_all_reduce_rmsnorm(self, plan, y, residual_out, gamma, bias, residual, input_ptr, stream):
+        """bias and residual: addresses, or None for none."""
+        io = plan.io
+        io.y, io.residual_out, io.gamma, io.bias, io.residual, io.input = (y, residual_out, gamma, bias, residual,
+                                                                           input_ptr)
+        st = _lib.lib().agmm_all_reduce_rmsnorm(plan.ptr, ctypes.byref(io), stream)
+        if st != _lib.SUCCESS:
+            self.fail(st, "all_reduce_rmsnorm", _arg_namer(_ARN_ARGS))
         self.stats["runs"] += 1
 
     def count_copy_in(self, nbytes):

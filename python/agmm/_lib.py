@@ -26,13 +26,13 @@ UNIQUE_ID_BYTES = 256
 MAX_RANKS = 64
 
 SUCCESS, INVALID_ARG, UNSUPPORTED, NO_MEMORY, CUDA, NCCL, CUBLAS, TIMEOUT, VERSION, INTERNAL = range(10)
-OP_AG_MATMUL, OP_ALL_REDUCE, OP_MATMUL_REDUCE_SCATTER, OP_MATMUL_ALL_REDUCE = 0, 1, 2, 3
+OP_AG_MATMUL, OP_ALL_REDUCE, OP_MATMUL_REDUCE_SCATTER, OP_MATMUL_ALL_REDUCE, OP_ALL_REDUCE_RMSNORM = 0, 1, 2, 3, 4
 DTYPE_BF16, DTYPE_F32 = 0, 1
 LAYOUT_COL_MAJOR, LAYOUT_ROW_MAJOR = 0, 1
 WORLD_KINDS = {"auto": 0, "cpu": 1, "gpu": 2, "emulated": 3}
 WORLD_KIND_NAMES = {v: k for k, v in WORLD_KINDS.items()}
 OPS = {"ag_matmul": OP_AG_MATMUL, "all_reduce": OP_ALL_REDUCE, "matmul_reduce_scatter": OP_MATMUL_REDUCE_SCATTER,
-       "matmul_all_reduce": OP_MATMUL_ALL_REDUCE}
+       "matmul_all_reduce": OP_MATMUL_ALL_REDUCE, "all_reduce_rmsnorm": OP_ALL_REDUCE_RMSNORM}
 
 
 # ---- exceptions -------------------------------------------------------------------------------
@@ -150,6 +150,15 @@ class MatmulReduceIo(ctypes.Structure):
     """agmm_matmul_reduce_scatter_io (out) and agmm_matmul_all_reduce_io (c): the same layout."""
     _fields_ = [("a", ctypes.c_void_p), ("b", ctypes.c_void_p), ("out", ctypes.c_void_p),
                 ("reserved", ctypes.c_void_p * 5)]
+class AllReduceRmsnormDesc(ctypes.Structure):
+    _fields_ = [("tokens", ctypes.c_int64), ("hidden", ctypes.c_int64), ("eps", ctypes.c_double),
+                ("backend", ctypes.c_char_p), ("reserved", ctypes.c_int64 * 8)]
+
+
+class AllReduceRmsnormIo(ctypes.Structure):
+    _fields_ = [("y", ctypes.c_void_p), ("residual_out", ctypes.c_void_p), ("gamma", ctypes.c_void_p),
+                ("bias", ctypes.c_void_p), ("residual", ctypes.c_void_p), ("input", ctypes.c_void_p),
+                ("reserved", ctypes.c_void_p * 4)]
 
 
 # agmm_rank_fn: agmm_status (*)(agmm_ctx *ctx, void *arg). ctypes takes the GIL to run it.
@@ -197,6 +206,8 @@ _PROTOTYPES = {
     "agmm_plan_matmul_all_reduce": (ctypes.c_int, [ctypes.POINTER(_P), _P, ctypes.POINTER(MatmulReduceDesc)]),
     "agmm_matmul_reduce_scatter": (ctypes.c_int, [_P, ctypes.POINTER(MatmulReduceIo), _P]),
     "agmm_matmul_all_reduce": (ctypes.c_int, [_P, ctypes.POINTER(MatmulReduceIo), _P]),
+    "agmm_plan_all_reduce_rmsnorm": (ctypes.c_int, [ctypes.POINTER(_P), _P, ctypes.POINTER(AllReduceRmsnormDesc)]),
+    "agmm_all_reduce_rmsnorm": (ctypes.c_int, [_P, ctypes.POINTER(AllReduceRmsnormIo), _P]),
 }
 
 

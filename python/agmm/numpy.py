@@ -224,6 +224,56 @@ class Rank:
         ctx.run_matmul_reduce(plan, _address(a), _address(b), _address(out) if rows else None, None)
         return out
 
+    def all_reduce_rmsnorm(self, x, gamma, *, bias=None, residual=None, eps=1e-6, backend="auto", out=None):
+        """(y, residual_out): residual_out = the sum over ranks of x, + bias + residual (the new
+        residual), y = RMSNorm(residual_out) * gamma (include/agmm.h has the fp32 order).
+
+        x: (..., H) bf16, C-contiguous: T = x.size / H rows. gamma and bias: (H,) bf16; residual:
+        x's shape, bf16; gamma, bias and residual hold the same values on every rank. out: an
+        optional pair (y, residual_out) of x's shape to write; residual_out may be residual (the
+        residual updated in place). An x in symm_empty memory is read in place; any other is first
+        copied into the plan's input buffer (x.nbytes, counted in stats)."""
+        what = "all_reduce_rmsnorm"
+        _need_array(what, "x", x)
+        _need_bf16(what, "x", x)
+        _need_c_contiguous(what, "x", x)
+        if x.ndim < 1 or x.shape[-1] == 0:
+            raise ValueError(f"{what}: x: shape {x.shape}; want (..., H) with H >= 8 a multiple of 8")
+        h = x.shape[-1]
+        for name, t, shape in (("gamma", gamma, (h,)), ("bias", bias, (h,)), ("residual", residual, x.shape)):
+            if t is None and name != "gamma":
+                continue
+            _need_array(what, name, t)
+            _need_bf16(what, name, t)
+            if t.shape != shape:
+                raise ValueError(f"{what}: {name}: shape {t.shape}; want {shape}")
+            _need_c_contiguous(what, name, t)
+        if out is None:
+            out = (np.empty_like(x), np.empty_like(x))
+        elif not isinstance(out, (tuple, list)) or len(out) != 2:
+            raise TypeError(f"{what}: out: give a pair (y, residual_out), not {type(out).__name__}")
+        for name, t in zip(("out[0] (y)", "out[1] (residual_out)"), out):
+            _need_array(what, name, t)
+            _need_bf16(what, name, t)
+            if t.shape != x.shape:
+                raise ValueError(f"{what}: {name}: shape {t.shape}; want x's {x.shape}")
+            _need_c_contiguous(what, name, t)
+            if not t.flags.writeable:
+                raise ValueError(f"{what}: {name}: read-only array")
+        ctx = self._ctx
+        plan = ctx.all_reduce_rmsnorm_plan(x.size // h, h, eps, backend_key(what, backend))
+        source = _address(x)
+        if not ctx.is_symmetric(source, plan.input_bytes):
+            if plan.view is None:
+                plan.view = _host_view(plan.input_ptr, plan.input_bytes)
+            plan.view[:] = x.reshape(-1).view(np.uint8)
+            ctx.count_copy_in(plan.input_bytes)
+            source = None
+        ctx.run_all_reduce_rmsnorm(plan, _address(out[0]), _address(out[1]), _address(gamma),
+                                   None if bias is None else _address(bias),
+                                   None if residual is None else _address(residual), source, None)
+        return out[0], out[1]
+
     def symm_empty(self, shape, dtype):
         """An uninitialised array in agmm's symmetric memory (zeroed by the library): a shard or
         vector written here is read in place by ag_matmul / all_reduce_. Collective (every rank

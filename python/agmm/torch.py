@@ -6,10 +6,11 @@
     a_gathered, c = agmm.torch.ag_matmul(a_shard, b)    # b: (K, N), e.g. w.T of a contiguous (N, K) w
     agmm.torch.all_reduce_(t)
     y = agmm.torch.matmul_reduce_scatter(h, w2.T)    # this rank's rows of sum_r h_r @ w2_r.T
+    y, residual = agmm.torch.all_reduce_rmsnorm(x, gamma, residual=residual)   # the end of a TP layer
     agmm.torch.finalize()
 
 The ops are torch.library custom ops (agmm::ag_matmul, agmm::ag_matmul_out, agmm::all_reduce_,
-agmm::matmul_reduce_scatter, agmm::matmul_all_reduce)
+agmm::matmul_reduce_scatter, agmm::matmul_all_reduce, agmm::all_reduce_rmsnorm)
 with fake implementations, so torch.compile traces them; they run on torch's current stream and
 never synchronise the host. Plans are cached per (shape, dtype, layout, backend), at most
 `max_plans` per process (least recently used destroyed first), and freed by finalize().
@@ -44,8 +45,8 @@ from . import _dlpack, _lib                   # noqa: E402
 from ._core import Context, backend_key, backend_names, backends_available   # noqa: E402
 
 __all__ = ["init", "finalize", "is_initialized", "ag_matmul", "all_reduce_", "matmul_reduce_scatter",
-           "matmul_all_reduce", "reduce_scatter_rows", "symm_empty", "symm_free", "stats", "plans", "backends",
-           "available", "world_size", "rank", "describe"]
+           "matmul_all_reduce", "reduce_scatter_rows", "all_reduce_rmsnorm", "symm_empty", "symm_free", "stats",
+           "plans", "backends", "available", "world_size", "rank", "describe"]
 
 _CAPTURE_MESSAGE = ("agmm.torch.{op}: no plan for this call yet, and a plan cannot be made while a CUDA "
                     "graph is being captured (it allocates memory and meets the peers): call the op once "
@@ -96,8 +97,8 @@ def describe():
 
 
 def backends(op="ag_matmul"):
-    """The library's backends of op ("ag_matmul", "all_reduce", "matmul_reduce_scatter" or
-    "matmul_all_reduce"); "auto" chooses among them."""
+    """The library's backends of op ("ag_matmul", "all_reduce", "matmul_reduce_scatter",
+    "matmul_all_reduce" or "all_reduce_rmsnorm"); "auto" chooses among them."""
     return backend_names(op)
 
 
@@ -321,6 +322,35 @@ def _all_reduce_dtype(st, t):
     return dtype
 
 
+def _check_rmsnorm(st, x, gamma, bias, residual, real):
+    """(tokens, hidden) of a valid all_reduce_rmsnorm call; raises naming the argument otherwise.
+    real: the tensors hold data (not torch.compile's fake ones), so their addresses are checked."""
+    op = "all_reduce_rmsnorm"
+    for name, t in (("x", x), ("gamma", gamma), ("bias", bias), ("residual", residual)):
+        if t is None:
+            continue
+        if t.dtype != torch.bfloat16:
+            raise TypeError(f"agmm.torch.{op}: {name}: dtype {t.dtype}; want torch.bfloat16")
+        _need_device(op, name, t, st)
+        if not t.is_contiguous():
+            raise ValueError(f"agmm.torch.{op}: {name}: not contiguous (shape {tuple(t.shape)}, strides "
+                             f"{t.stride()}); pass {name}.contiguous()")
+        # The kernels move 16-byte vectors; a view starting inside a row would be misaligned.
+        if real and t.data_ptr() % 16:
+            raise ValueError(f"agmm.torch.{op}: {name}: its data starts at {t.data_ptr():#x}, not 16-byte aligned "
+                             f"(a view at an offset?); pass {name}.clone()")
+    if x.dim() < 1 or x.numel() == 0:
+        raise ValueError(f"agmm.torch.{op}: x: shape {tuple(x.shape)}; want (..., H) with rows")
+    h = x.shape[-1]
+    if tuple(gamma.shape) != (h,):
+        raise ValueError(f"agmm.torch.{op}: gamma: shape {tuple(gamma.shape)}; want ({h},), x's last dimension")
+    if bias is not None and tuple(bias.shape) != (h,):
+        raise ValueError(f"agmm.torch.{op}: bias: shape {tuple(bias.shape)}; want ({h},), x's last dimension")
+    if residual is not None and residual.shape != x.shape:
+        raise ValueError(f"agmm.torch.{op}: residual: shape {tuple(residual.shape)}; want x's {tuple(x.shape)}")
+    return x.numel() // h, h
+
+
 # ---- running ------------------------------------------------------------------------------------
 
 def _enter_run(st, op):
@@ -413,6 +443,25 @@ def _run_matmul_reduce(op, a, b, backend):
     return out
 
 
+def _run_all_reduce_rmsnorm(x, gamma, bias, residual, eps, backend, y, residual_out):
+    st = _current()
+    tokens, hidden = _check_rmsnorm(st, x, gamma, bias, residual, real=True)
+    current, stream = _enter_run(st, "all_reduce_rmsnorm")
+    ctx = st.ctx
+    plan = ctx.all_reduce_rmsnorm_plan(tokens, hidden, eps, backend_key("all_reduce_rmsnorm", backend),
+                                       capturing=_capturing("all_reduce_rmsnorm"))
+    source = x.data_ptr()
+    if not ctx.is_symmetric(source, plan.input_bytes):
+        _copy_in(st, plan, x, (tokens * hidden,), torch.bfloat16, stream)
+        source = None
+    ctx.run_all_reduce_rmsnorm(plan, y.data_ptr(), residual_out.data_ptr(), gamma.data_ptr(),
+                               None if bias is None else bias.data_ptr(),
+                               None if residual is None else residual.data_ptr(), source, stream.cuda_stream)
+    plan.last_stream = stream
+    if stream is not current:
+        current.wait_stream(stream)
+
+
 # ---- the custom ops ------------------------------------------------------------------------------
 
 @torch.library.custom_op("agmm::ag_matmul", mutates_args=(),
@@ -482,6 +531,21 @@ def _matmul_all_reduce_fake(a, b, backend):
     return a.new_empty((m, n))
 
 
+@torch.library.custom_op("agmm::all_reduce_rmsnorm", mutates_args=(),
+                         schema="(Tensor x, Tensor gamma, Tensor? bias, Tensor? residual, float eps, str backend) "
+                                "-> (Tensor, Tensor)")
+def _all_reduce_rmsnorm_op(x, gamma, bias, residual, eps, backend):
+    y, residual_out = torch.empty_like(x), torch.empty_like(x)
+    _run_all_reduce_rmsnorm(x, gamma, bias, residual, eps, backend, y, residual_out)
+    return y, residual_out
+
+
+@_all_reduce_rmsnorm_op.register_fake
+def _all_reduce_rmsnorm_fake(x, gamma, bias, residual, eps, backend):
+    _check_rmsnorm(_current(), x, gamma, bias, residual, real=False)
+    return torch.empty_like(x), torch.empty_like(x)
+
+
 # ---- the public functions -------------------------------------------------------------------------
 
 def _need_backend(op, backend):
@@ -548,6 +612,26 @@ def matmul_all_reduce(a, b, *, backend="auto"):
 def reduce_scatter_rows(m):
     """(first row, rows) of S that this rank gets from matmul_reduce_scatter of an M-row S."""
     return _current().ctx.reduce_scatter_rows(m)
+
+
+def all_reduce_rmsnorm(x, gamma, *, bias=None, residual=None, eps=1e-6, backend="auto"):
+    """(y, residual_out), the end of a tensor-parallel layer: residual_out = the sum over ranks of
+    x, + bias + residual (the new residual), y = RMSNorm(residual_out) * gamma with eps, in fp32
+    and rounded as include/agmm.h says (the norm of the bf16 residual_out). x: (..., H) bf16,
+    contiguous, on init's device (T = x.numel() / H rows; H a multiple of 8); gamma and bias: (H,);
+    residual: x's shape; gamma, bias and residual hold the same values on every rank. An x in
+    symm_empty memory is read in place, any other copied in first (x.nbytes). backend: "auto" or
+    one of backends("all_reduce_rmsnorm"). Collective; enqueued on the current stream."""
+    what = "all_reduce_rmsnorm"
+    _need_tensor(what, "x", x)
+    _need_tensor(what, "gamma", gamma)
+    for name, t in (("bias", bias), ("residual", residual)):
+        if t is not None:
+            _need_tensor(what, name, t)
+    _need_backend(what, backend)
+    if not isinstance(eps, (int, float)) or isinstance(eps, bool):
+        raise TypeError(f"agmm.torch.{what}: eps: {type(eps).__name__}; want a float > 0")
+    return torch.ops.agmm.all_reduce_rmsnorm(x, gamma, bias, residual, float(eps), backend)
 
 
 def symm_empty(shape, dtype=torch.bfloat16):

@@ -55,7 +55,8 @@ def test_structs_match_agmm_h(tmp_path):
     structs = {"agmm_world_config": _lib.WorldConfig, "agmm_unique_id": _lib.UniqueId,
                "agmm_join_config": _lib.JoinConfig, "agmm_ag_matmul_desc": _lib.AgMatmulDesc,
                "agmm_ag_matmul_io": _lib.AgMatmulIo, "agmm_all_reduce_desc": _lib.AllReduceDesc,
-               "agmm_all_reduce_io": _lib.AllReduceIo}
+               "agmm_all_reduce_io": _lib.AllReduceIo, "agmm_all_reduce_rmsnorm_desc": _lib.AllReduceRmsnormDesc,
+               "agmm_all_reduce_rmsnorm_io": _lib.AllReduceRmsnormIo}
     lines = ["#include <stddef.h>", "#include <stdio.h>", "#include \"agmm.h\"", "int main(void) {"]
     for c_name, cls in structs.items():
         lines.append(f'printf("{c_name} %zu\\n", sizeof({c_name}));')
@@ -79,7 +80,7 @@ def test_structs_match_agmm_h(tmp_path):
 
 
 def test_backends_and_summaries():
-    for op in ("ag_matmul", "all_reduce"):
+    for op in _lib.OPS:                      # every operation the binding knows
         names = agmm.backends(op)
         assert names and "auto" not in names
         for name in names:

@@ -247,6 +247,114 @@ def test_graph_capture_replays_with_fresh_inputs(seed):
         assert torch.equal(t, fresh * at.world_size()), f"replay {step}"
 
 
+# ---- all_reduce_rmsnorm ----------------------------------------------------------------------------
+
+def rmsnorm_want(x, gamma, bias, residual, eps):
+    """(r', y in float64) from torch's own all-reduce: with small-integer x, bias and residual every
+    sum is exact in any order, so r' is exact; y is the float64 norm of that bf16 r'."""
+    s = x.float().contiguous()
+    dist.all_reduce(s)
+    for t in (bias, residual):
+        if t is not None:
+            s = s + t.float()
+    r = s.to(torch.bfloat16)
+    q = r.double()
+    y = q * torch.rsqrt(q.square().mean(-1, keepdim=True) + torch.tensor(eps, dtype=torch.float32).double())
+    return r, y * gamma.double()
+
+
+def assert_rmsnorm(y, r, want_r, want_y, what):
+    assert torch.equal(r, want_r), f"{what}: residual_out"
+    err = (y.double() - want_y).abs()
+    assert bool((err <= want_y.abs() * 2.0 ** -8 * (1 + 2.0 ** -10)).all()), \
+        f"{what}: y more than one bf16 rounding from float64 (worst {err.max().item():.3g})"
+
+
+RMSNORM_SHAPES = [((1, 4096), True, True), ((7, 8192), True, False), ((3, 5, 264), False, True), ((128, 4096), True, True)]
+
+
+def test_all_reduce_rmsnorm_every_backend(seed):
+    gen = torch.Generator(device="cuda").manual_seed(seed + at.rank())
+    shared = torch.Generator(device="cuda").manual_seed(seed)          # gamma, bias, residual: replicated
+
+    def run(backend):
+        for i, (shape, has_bias, has_res) in enumerate(RMSNORM_SHAPES):
+            h = shape[-1]
+            x = torch.randint(-4, 5, shape, generator=gen, device="cuda").to(torch.bfloat16)
+            gamma = torch.randn((h,), generator=shared, device="cuda").to(torch.bfloat16)
+            bias = torch.randint(-4, 5, (h,), generator=shared, device="cuda").to(torch.bfloat16) if has_bias else None
+            residual = torch.randint(-4, 5, shape, generator=shared, device="cuda").to(torch.bfloat16) if has_res \
+                else None
+            want_r, want_y = rmsnorm_want(x, gamma, bias, residual, 1e-6)
+            what = f"{backend} {shape} bias={has_bias} residual={has_res}"
+            y, r = at.all_reduce_rmsnorm(x, gamma, bias=bias, residual=residual, backend=backend)
+            assert y.shape == x.shape and r.shape == x.shape
+            assert_rmsnorm(y, r, want_r, want_y, what)
+            # torch's own RMSNorm of the same r' agrees within bf16 rounding.
+            ref = torch.nn.functional.rms_norm(r.float(), (h,), gamma.float(), 1e-6)
+            torch.testing.assert_close(y.float(), ref, atol=2e-2, rtol=2e-2)
+            if i == 0:      # x where it lies, in symmetric memory: not copied
+                s = at.symm_empty(shape, torch.bfloat16)
+                s.copy_(x)
+                before = at.stats()["copies_in"]
+                y2, r2 = at.all_reduce_rmsnorm(s, gamma, bias=bias, residual=residual, backend=backend)
+                assert at.stats()["copies_in"] == before
+                assert torch.equal(y2, y) and torch.equal(r2, r), what
+                at.symm_free(s)
+    check_each("all_reduce_rmsnorm", run)
+
+
+def test_all_reduce_rmsnorm_errors():
+    x = torch.zeros((4, 64), dtype=torch.bfloat16, device="cuda")
+    g = torch.ones((64,), dtype=torch.bfloat16, device="cuda")
+    cases = [
+        (lambda: at.all_reduce_rmsnorm(x.float(), g), TypeError, "x: dtype torch.float32"),
+        (lambda: at.all_reduce_rmsnorm(x, g[:63]), ValueError, r"gamma: shape \(63,\)"),
+        (lambda: at.all_reduce_rmsnorm(x, g, residual=x[:2]), ValueError, "residual: shape"),
+        (lambda: at.all_reduce_rmsnorm(x[:, 1:63], g[:62]), ValueError, "x: not contiguous"),
+        (lambda: at.all_reduce_rmsnorm(torch.zeros((4, 100), dtype=torch.bfloat16, device="cuda"),
+                                       torch.ones((100,), dtype=torch.bfloat16, device="cuda")), ValueError,
+         "hidden=100 is not a multiple of 8"),
+        (lambda: at.all_reduce_rmsnorm(x, g, eps=0.0), ValueError, "eps=0"),
+        (lambda: at.all_reduce_rmsnorm(x, g, eps="1e-6"), TypeError, "eps: str"),
+        (lambda: at.all_reduce_rmsnorm(torch.zeros((4 * 64 + 4,), dtype=torch.bfloat16, device="cuda")[4:].view(4, 64),
+                                       g), ValueError, "x: its data starts at .* not 16-byte aligned"),
+        (lambda: at.all_reduce_rmsnorm(x, g, backend="ce"), ValueError, "backend=ce"),
+    ]
+    for fn, exc, match in cases:
+        with pytest.raises(exc, match=match):
+            fn()
+    at.all_reduce_rmsnorm(x, g)            # nothing above left the rank out of step
+
+
+def test_all_reduce_rmsnorm_compiled_and_captured(seed):
+    gen = torch.Generator(device="cuda").manual_seed(seed + at.rank())
+    shared = torch.Generator(device="cuda").manual_seed(seed)
+    t, h = 16, 4096
+    gamma = torch.randn((h,), generator=shared, device="cuda").to(torch.bfloat16)
+    residual = torch.randint(-4, 5, (t, h), generator=shared, device="cuda").to(torch.bfloat16)
+    x = torch.randint(-4, 5, (t, h), generator=gen, device="cuda").to(torch.bfloat16)
+
+    def layer_end(x_, residual_):
+        y_, r_ = at.all_reduce_rmsnorm(x_, gamma, residual=residual_)
+        return y_ * 2, r_
+
+    eager = layer_end(x, residual)
+    compiled = torch.compile(layer_end, fullgraph=True)(x, residual)
+    assert torch.equal(compiled[0], eager[0]) and torch.equal(compiled[1], eager[1])
+    # Captured, then replayed after fresh inputs each time.
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y, r = at.all_reduce_rmsnorm(x, gamma, residual=residual)
+    for step in range(5):
+        x.copy_(torch.randint(-4, 5, (t, h), generator=gen, device="cuda").to(torch.bfloat16))
+        residual.copy_(torch.randint(-4, 5, (t, h), generator=shared, device="cuda").to(torch.bfloat16))
+        graph.replay()
+        torch.cuda.synchronize()
+        want_r, want_y = rmsnorm_want(x, gamma, None, residual, 1e-6)
+        assert_rmsnorm(y, r, want_r, want_y, f"replay {step}")
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

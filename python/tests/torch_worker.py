@@ -80,6 +80,23 @@ def main():
                     want = want[first:first + rows]
                 assert torch.equal(got.double(), want.to(torch.bfloat16).double()), (op, backend, m, n, k)
                 checked += 1
+    shared = torch.Generator(device="cuda").manual_seed(seed)        # gamma, bias, residual: replicated
+    for backend, why in at.available("all_reduce_rmsnorm").items():
+        if why:
+            continue
+        for t, h in ((1, 4096), (2 * at.world_size() + 1, 264), (33, 8192)):
+            x = torch.randint(-4, 5, (t, h), generator=gen, device="cuda").to(torch.bfloat16)
+            gamma = torch.randn((h,), generator=shared, device="cuda").to(torch.bfloat16)
+            bias = torch.randint(-4, 5, (h,), generator=shared, device="cuda").to(torch.bfloat16)
+            residual = torch.randint(-4, 5, (t, h), generator=shared, device="cuda").to(torch.bfloat16)
+            y, res = at.all_reduce_rmsnorm(x, gamma, bias=bias, residual=residual, backend=backend)
+            # Small integers: every sum exact, so r' is exact; y within one bf16 rounding of float64.
+            want = (all_gather_cpu(x.view(1, t, h)).float().sum(0) + bias.float() + residual.float()).to(torch.bfloat16)
+            assert torch.equal(res, want), (backend, t, h)
+            q = want.double()
+            y64 = q * torch.rsqrt(q.square().mean(-1, keepdim=True) + float(torch.tensor(1e-6))) * gamma.double()
+            assert bool(((y.double() - y64).abs() <= y64.abs() * 2.0 ** -8 * (1 + 2.0 ** -10)).all()), (backend, t, h)
+            checked += 1
     try:
         at.ag_matmul(torch.zeros((4 + (r == 1), 8), dtype=torch.bfloat16, device="cuda"),
                      torch.zeros((8, 8), dtype=torch.bfloat16, device="cuda"))

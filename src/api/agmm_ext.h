@@ -54,6 +54,7 @@ agmm_status agmm_ext_check_all_reduce(const agmm_all_reduce_desc *desc, char *wh
  * AGMM_OP_MATMUL_ALL_REDUCE), without a backend. */
 agmm_status agmm_ext_check_matmul_reduce(agmm_op op, int64_t m, int64_t n, int64_t k, agmm_layout b_layout, char *why,
                                          size_t why_len);
+agmm_status agmm_ext_check_all_reduce_rmsnorm(const agmm_all_reduce_rmsnorm_desc *desc, char *why, size_t why_len);
 
 /* Process worlds (agmm_world_join): agmm-bench's ranks are then separate processes, so they
  * meet and merge their results through the library's host collectives, bounded by the world's

@@ -2,10 +2,10 @@
  * src/api).
  *
  * An operation (agmm_op) is a descriptor type, an io type, their checks, and what `auto` needs to
- * measure a plan of it: op_ag_matmul.c, op_all_reduce.c. plan.c, plan_agree.c and auto (tune.c,
- * tune_cache.c) drive every operation through this one interface and never name one, so a new
- * operation is a new op_<name>.c and the lines docs/architecture.md ("How to add an operation")
- * lists. */
+ * measure a plan of it: op_ag_matmul.c, op_all_reduce.c, op_all_reduce_rmsnorm.c. plan.c,
+ * plan_agree.c and auto (tune.c, tune_cache.c) drive every operation through this one interface
+ * and never name one, so a new operation is a new op_<name>.c and the lines docs/architecture.md
+ * ("How to add an operation") lists. */
 #ifndef AGMM_API_API_H
 #define AGMM_API_API_H
 
@@ -61,6 +61,7 @@ extern const agmm_op_type agmm_op_ag_matmul;
 extern const agmm_op_type agmm_op_all_reduce;
 extern const agmm_op_type agmm_op_matmul_reduce_scatter;
 extern const agmm_op_type agmm_op_matmul_all_reduce;
+extern const agmm_op_type agmm_op_all_reduce_rmsnorm;
 
 /* Installs the checked descriptor `desc` of op into *shape, a plan on the caller's stack with
  * nothing allocated (ctx, op and desc set; no backend): what describe and scratch read before a

@@ -166,6 +166,17 @@ agmm_status agmm_ext_check_matmul_reduce(agmm_op op, int64_t m, int64_t n, int64
     return st;
 }
 
+agmm_status agmm_ext_check_all_reduce_rmsnorm(const agmm_all_reduce_rmsnorm_desc *desc, char *why, size_t why_len)
+{
+    agmm_error err = {0};
+    agmm_status st = agmm_op_all_reduce_rmsnorm.check(desc, 1, &err);
+    if (st != AGMM_SUCCESS) {
+        set_why(why, why_len, err.msg);
+        return st;
+    }
+    return check_backend(AGMM_OP_ALL_REDUCE_RMSNORM, desc->backend, why, why_len);
+}
+
 agmm_status agmm_ext_barrier(agmm_ctx *ctx)
 {
     agmm_error_clear(agmm_ctx_err(ctx)); /* agmm_last_error describes this call */

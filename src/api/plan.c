@@ -18,6 +18,7 @@ const agmm_op_type *agmm_op_type_of(agmm_op op)
     case AGMM_OP_ALL_REDUCE: return &agmm_op_all_reduce;
     case AGMM_OP_MATMUL_REDUCE_SCATTER: return &agmm_op_matmul_reduce_scatter;
     case AGMM_OP_MATMUL_ALL_REDUCE: return &agmm_op_matmul_all_reduce;
+    case AGMM_OP_ALL_REDUCE_RMSNORM: return &agmm_op_all_reduce_rmsnorm;
     case AGMM_OP_NONE: break;
     }
     return NULL;
@@ -125,6 +126,11 @@ agmm_status agmm_plan_matmul_all_reduce(agmm_plan **out, agmm_ctx *ctx, const ag
     return plan_create(out, ctx, AGMM_OP_MATMUL_ALL_REDUCE, desc);
 }
 
+agmm_status agmm_plan_all_reduce_rmsnorm(agmm_plan **out, agmm_ctx *ctx, const agmm_all_reduce_rmsnorm_desc *desc)
+{
+    return plan_create(out, ctx, AGMM_OP_ALL_REDUCE_RMSNORM, desc);
+}
+
 void agmm_plan_destroy(agmm_plan *p)
 {
     if (p == NULL)
@@ -217,4 +223,9 @@ agmm_status agmm_matmul_reduce_scatter(agmm_plan *plan, const agmm_matmul_reduce
 agmm_status agmm_matmul_all_reduce(agmm_plan *plan, const agmm_matmul_all_reduce_io *io, void *stream)
 {
     return plan_run(plan, AGMM_OP_MATMUL_ALL_REDUCE, io, stream);
+}
+
+agmm_status agmm_all_reduce_rmsnorm(agmm_plan *plan, const agmm_all_reduce_rmsnorm_io *io, void *stream)
+{
+    return plan_run(plan, AGMM_OP_ALL_REDUCE_RMSNORM, io, stream);
 }

@@ -77,9 +77,11 @@ struct agmm_plan {
         agmm_all_reduce_desc ar;   /* op == AGMM_OP_ALL_REDUCE */
         agmm_matmul_reduce_scatter_desc rs; /* op == AGMM_OP_MATMUL_REDUCE_SCATTER */
         agmm_matmul_all_reduce_desc mar;    /* op == AGMM_OP_MATMUL_ALL_REDUCE */
+        agmm_all_reduce_rmsnorm_desc arn;   /* op == AGMM_OP_ALL_REDUCE_RMSNORM */
     } desc;
-    agmm_symm_buf *input;          /* symmetric: A_r (m x k bf16) or the all_reduce vector; NULL
-                                      for the row-parallel matmuls (A_r comes in their io) */
+    agmm_symm_buf *input;          /* symmetric: A_r (m x k bf16), the all_reduce vector or x_r (T x
+                                      H bf16); NULL for the row-parallel matmuls (A_r comes in their
+                                      io) */
     /* Where the current run reads its input (plan.c sets it before every run, and to the plan's
      * own from creation on): the plan's own buffer at offset 0, or the caller's symmetric buffer
      * holding io.input, at the offset io.input has on every rank (agmm_plan_in*). */

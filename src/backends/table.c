@@ -19,6 +19,9 @@ extern const agmm_backend agmm_backend_matmul_reduce_scatter_one_shot;
 extern const agmm_backend agmm_backend_matmul_all_reduce_nccl;
 extern const agmm_backend agmm_backend_matmul_all_reduce_one_shot;
 extern const agmm_backend agmm_backend_matmul_all_reduce_two_shot;
+extern const agmm_backend agmm_backend_all_reduce_rmsnorm_nccl;
+extern const agmm_backend agmm_backend_all_reduce_rmsnorm_one_shot;
+extern const agmm_backend agmm_backend_all_reduce_rmsnorm_two_shot;
 
 static const agmm_backend *const table[] = {
     &agmm_backend_ag_matmul_nccl,
@@ -35,6 +38,9 @@ static const agmm_backend *const table[] = {
     &agmm_backend_matmul_all_reduce_nccl,
     &agmm_backend_matmul_all_reduce_one_shot,
     &agmm_backend_matmul_all_reduce_two_shot,
+    &agmm_backend_all_reduce_rmsnorm_nccl,
+    &agmm_backend_all_reduce_rmsnorm_one_shot,
+    &agmm_backend_all_reduce_rmsnorm_two_shot,
 };
 
 #define TABLE_SIZE ((int)(sizeof table / sizeof table[0]))

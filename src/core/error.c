@@ -32,6 +32,7 @@ const char *agmm_op_name(agmm_op op)
     case AGMM_OP_ALL_REDUCE: return "all_reduce";
     case AGMM_OP_MATMUL_REDUCE_SCATTER: return "matmul_reduce_scatter";
     case AGMM_OP_MATMUL_ALL_REDUCE: return "matmul_all_reduce";
+    case AGMM_OP_ALL_REDUCE_RMSNORM: return "all_reduce_rmsnorm";
     case AGMM_OP_NONE: break;
     }
     return "?";

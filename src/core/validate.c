@@ -1,4 +1,6 @@
 /* Shape and argument validation (see validate.h). */
+#include <float.h>
+
 #include "validate.h"
 
 #include <stdio.h>
@@ -103,4 +105,26 @@ agmm_status agmm_check_matmul_reduce(const char *op, int64_t m, int64_t n, int64
     char what[64];
     snprintf(what, sizeof what, "%s desc", op);
     return agmm_check_reserved(reserved, reserved_bytes, what, err);
+}
+
+agmm_status agmm_check_all_reduce_rmsnorm(const agmm_all_reduce_rmsnorm_desc *d, agmm_error *err)
+{
+    if (d == NULL)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "desc is NULL");
+    if (d->tokens < 1)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "tokens=%lld: rows of x must be >= 1", (long long)d->tokens);
+    if (d->hidden < 8 || d->hidden % 8 != 0)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
+                         "hidden=%lld is not a multiple of 8 (>= 8): rows must be whole 16-byte vectors of bf16",
+                         (long long)d->hidden);
+    if (agmm_mul_checked(d->tokens, d->hidden) < 0)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "tokens=%lld x hidden=%lld exceeds 2^40 elements",
+                         (long long)d->tokens, (long long)d->hidden);
+    /* The norm runs in fp32: an eps that is 0 or inf there would divide by 0 or zero every row. */
+    const float eps32 = (float)d->eps;
+    if (!(d->eps > 0) || !(eps32 > 0) || eps32 > FLT_MAX)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
+                         "eps=%g: must be > 0 and finite, and stay so as fp32 (%g to %g)", d->eps,
+                         (double)FLT_TRUE_MIN, (double)FLT_MAX);
+    return agmm_check_reserved(d->reserved, sizeof d->reserved, "all_reduce_rmsnorm desc", err);
 }

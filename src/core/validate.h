@@ -29,6 +29,9 @@ agmm_status agmm_check_all_reduce(const agmm_all_reduce_desc *d, agmm_error *err
  * k*n within AGMM_MAX_ELEMS; layout known; reserved tail zero. */
 agmm_status agmm_check_matmul_reduce(const char *op, int64_t m, int64_t n, int64_t k, agmm_layout b_layout,
                                      const int64_t *reserved, size_t reserved_bytes, agmm_error *err);
+/* tokens >= 1; hidden >= 8 and a multiple of 8 (16-byte rows); tokens * hidden within
+ * AGMM_MAX_ELEMS; eps > 0, finite, and neither 0 nor inf as fp32; reserved tail zero. */
+agmm_status agmm_check_all_reduce_rmsnorm(const agmm_all_reduce_rmsnorm_desc *d, agmm_error *err);
 /* AGMM_ERR_INVALID_ARG naming `what` unless the `bytes` at p are all zero. */
 agmm_status agmm_check_reserved(const void *p, size_t bytes, const char *what, agmm_error *err);
 /* a * b if it stays within AGMM_MAX_ELEMS, else -1. Both >= 0. */

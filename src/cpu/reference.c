@@ -84,6 +84,48 @@ void agmm_ref_all_reduce(const void *const *inputs, int nranks, int64_t n, agmm_
     }
 }
 
+agmm_status agmm_ref_all_reduce_rmsnorm(const uint16_t *const *x, int nranks, const uint16_t *bias,
+                                        const uint16_t *residual, const uint16_t *gamma, int64_t t, int64_t h,
+                                        double eps, double *r, uint16_t *r_bf16, double *y)
+{
+    double *row = malloc((size_t)h * sizeof *row);
+    uint16_t *row16 = malloc((size_t)h * sizeof *row16);
+    if (row == NULL || row16 == NULL) {
+        free(row);
+        free(row16);
+        return AGMM_ERR_NO_MEMORY;
+    }
+    const double eps32 = (float)eps;
+    for (int64_t i = 0; i < t; i++) {
+        double ss = 0.0;
+        for (int64_t j = 0; j < h; j++) {
+            double s = 0.0;
+            for (int p = 0; p < nranks; p++)
+                s += agmm_bf16_to_f32(x[p][i * h + j]);
+            if (bias)
+                s += agmm_bf16_to_f32(bias[j]);
+            if (residual)
+                s += agmm_bf16_to_f32(residual[i * h + j]);
+            row[j] = s;
+            row16[j] = agmm_ref_f64_to_bf16(s);
+            const double q = agmm_bf16_to_f32(row16[j]);
+            ss += q * q;
+        }
+        const double rstd = 1.0 / sqrt(ss / (double)h + eps32);
+        for (int64_t j = 0; j < h; j++) {
+            if (r)
+                r[i * h + j] = row[j];
+            if (r_bf16)
+                r_bf16[i * h + j] = row16[j];
+            if (y)
+                y[i * h + j] = (double)agmm_bf16_to_f32(row16[j]) * rstd * (double)agmm_bf16_to_f32(gamma[j]);
+        }
+    }
+    free(row);
+    free(row16);
+    return AGMM_SUCCESS;
+}
+
 double agmm_ref_rel_frobenius(const void *got, agmm_dtype dtype, const double *want, int64_t count)
 {
     double num = 0.0, den = 0.0;

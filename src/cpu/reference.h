@@ -1,7 +1,7 @@
 /* Plain fp64 references for checking every backend (CPU tests, GPU tests, agmm-bench): the
- * all-gather matmul's GEMM, the all-reduce sum, and the error measures the checks report.
- * Deliberately naive (llm.c's "plain CPU reference first"): no blocking, no threads, fp64
- * everywhere, so a reader can trust them at a glance. Use them on small shapes. */
+ * all-gather matmul's GEMM, the all-reduce sum, all_reduce_rmsnorm, and the error measures the
+ * checks report. Deliberately naive (llm.c's "plain CPU reference first"): no blocking, no
+ * threads, fp64 everywhere, so a reader can trust them at a glance. Use them on small shapes. */
 #ifndef AGMM_CPU_REFERENCE_H
 #define AGMM_CPU_REFERENCE_H
 
@@ -24,6 +24,16 @@ agmm_status agmm_ref_gemm_bf16(const uint16_t *a, const uint16_t *b, agmm_layout
 /* out[i] = sum over r = 0..nranks-1 of inputs[r][i], in fp64; inputs are `dtype` vectors of n
  * elements (bf16 as uint16_t, fp32 as float). */
 void agmm_ref_all_reduce(const void *const *inputs, int nranks, int64_t n, agmm_dtype dtype, double *out);
+
+/* all_reduce_rmsnorm in fp64, for t rows of h (x[r]: rank r's t x h bf16 input; bias (h) and
+ * residual (t x h) may be NULL): r = sum over ranks of x + bias + residual in fp64; r_bf16 = r
+ * rounded once to bf16; y = r_bf16 / sqrt(mean over the row of r_bf16^2 + eps) * gamma in fp64,
+ * from the rounded r' as the backends compute it (agmm.h). eps is taken as the backends use it:
+ * rounded to fp32. r, r_bf16 and y (t * h each) may each be NULL. AGMM_ERR_NO_MEMORY if a row
+ * buffer cannot be allocated. */
+agmm_status agmm_ref_all_reduce_rmsnorm(const uint16_t *const *x, int nranks, const uint16_t *bias,
+                                        const uint16_t *residual, const uint16_t *gamma, int64_t t, int64_t h,
+                                        double eps, double *r, uint16_t *r_bf16, double *y);
 
 /* x rounded to the nearest bf16 (ties to even) in one step; NaN stays NaN, overflow gives inf. */
 uint16_t agmm_ref_f64_to_bf16(double x);

@@ -36,6 +36,7 @@
 #include "all_reduce.h"
 #include "bounded_wait.cuh"
 #include "dev_error.h"
+#include "pad_barrier.cuh"
 
 namespace {
 
@@ -172,46 +173,17 @@ __device__ __forceinline__ void store_vec(void *dst, int64_t v, uint4 val, int e
             lanes<T>::store_lane(dst, v * kVec + e, val, e);
 }
 
-
-/* This run's epoch for this block (all_reduce.h: from the block's own arrival slot, where the
- * previous run left 2(e-1), or 2(e-1)-1 if its first barrier expired). Read before the first
- * barrier, which overwrites the slot; the previous run's kernel has completed (stream order), so
- * its stores are visible. */
-__device__ __forceinline__ uint32_t run_epoch(const agmm_all_reduce_args &a)
+/* The plan's barrier on its signal pad (pad_barrier.cuh has the protocol and the ordering). */
+__device__ __forceinline__ agmm_pad_sync pad_sync(const agmm_all_reduce_args &a)
 {
-    const uint32_t *own = static_cast<const uint32_t *>(a.pad[a.rank]) + (size_t)blockIdx.x * a.nranks + a.rank;
-    return (agmm_ld_relaxed_sys(own) + 1u) / 2u + 1u;
+    return agmm_pad_sync{a.pad, a.rank, a.nranks, a.err, a.timeout_ns};
 }
 
-/* Barrier of block b with block b of every rank, at count `value` (2e-1 or 2e of run `epoch`).
- * Returns false, the same in every thread of the block, when a peer did not arrive within
- * timeout_ns (recorded in err).
- *
- * Ordering. The __syncthreads() first orders every access this block made before (loads of
- * peers' inputs, stores of res or out) before thread p's st.release.sys to rank p's pad: the
- * release is cumulative, so rank p, once it acquires the flag, sees this block's stores and
- * knows its loads are done. Thread p of this block acquires rank p's flag (ld.acquire.sys after
- * relaxed polling), and the closing __syncthreads_or extends that to every thread of the block:
- * what rank p's block did before its release is visible to all of them afterwards. */
+__device__ __forceinline__ uint32_t run_epoch(const agmm_all_reduce_args &a) { return agmm_pad_run_epoch(pad_sync(a)); }
+
 __device__ __forceinline__ bool block_barrier(const agmm_all_reduce_args &a, uint32_t epoch, uint32_t value)
 {
-    __syncthreads();
-    int late = 0;
-    const int p = threadIdx.x;
-    if (p < a.nranks) {
-        const size_t slot = (size_t)blockIdx.x * (size_t)a.nranks;
-        agmm_st_release_sys(static_cast<uint32_t *>(a.pad[p]) + slot + a.rank, value);
-        const uint32_t *mine = static_cast<const uint32_t *>(a.pad[a.rank]) + slot + p;
-        /* Relaxed polls, then one acquire (bounded_wait.cuh). A wait of this rank that already
-         * expired (this run or an earlier one still queued behind it) makes it give up at once:
-         * the ranks are out of step and the host reports that record. */
-        uint32_t seen;
-        const int r = agmm_spin_until<0, 64, 1>(mine, value, a.timeout_ns, a.err, &seen);
-        if (r == AGMM_SPIN_EXPIRED)
-            agmm_dev_error_record(a.err, a.rank, p, AGMM_WAIT_ALL_REDUCE, -1, epoch, seen);
-        late = r != AGMM_SPIN_MET;
-    }
-    return __syncthreads_or(late) == 0;
+    return agmm_pad_barrier(pad_sync(a), epoch, value);
 }
 
 template <typename T>

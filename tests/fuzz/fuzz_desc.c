@@ -1,8 +1,8 @@
 /* libFuzzer target: the library's checks of what callers pass in, without a GPU: operation
- * descriptors (agmm_ext_check_ag_matmul / _all_reduce with backend names, _matmul_reduce), world configs
- * (agmm_world_create: the CPU world, or a refusal), fault specs (AGMM_FAULT's grammar) and the
- * message formatter that must never cut silently. The first byte picks which; the rest fills the
- * struct's bytes, then a string. Built and run by tests/fuzz/run.sh. */
+ * descriptors (agmm_ext_check_ag_matmul / _all_reduce / _all_reduce_rmsnorm with backend names,
+ * _matmul_reduce), world configs (agmm_world_create: the CPU world, or a refusal), fault specs
+ * (AGMM_FAULT's grammar) and the message formatter that must never cut silently. The first byte
+ * picks which; the rest fills the struct's bytes, then a string. Built and run by tests/fuzz/run.sh. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,7 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     reader r = {data + 1, size - 1};
     char why[AGMM_ERROR_LEN];
-    switch (data[0] % 6) {
+    switch (data[0] % 7) {
     case 0: { /* ag_matmul descriptor for a world of nranks */
         int32_t nranks;
         take(&r, &nranks, sizeof nranks);
@@ -61,6 +61,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         char *name = rest(&r);
         d.backend = name[0] ? name : NULL;
         agmm_ext_check_all_reduce(&d, why, sizeof why);
+        free(name);
+        break;
+    }
+    case 6: { /* an all_reduce_rmsnorm descriptor */
+        agmm_all_reduce_rmsnorm_desc d;
+        take(&r, &d, sizeof d);
+        char *name = rest(&r);
+        d.backend = name[0] ? name : NULL;
+        agmm_ext_check_all_reduce_rmsnorm(&d, why, sizeof why);
         free(name);
         break;
     }

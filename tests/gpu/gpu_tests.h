@@ -47,6 +47,13 @@ void test_matmul_reduce_timeout(void);
 /* test_gemm_engine_pull.c: the engine's pull mode under every tile config and B layout, two ranks
  * on one GPU (ready waits, gathered A stores, closing barrier). */
 void test_gemm_engine_pull(void);
+/* test_ar_norm.c: all_reduce_rmsnorm's backends against the fp64 reference and the kernels' fp32
+ * order (W = 1, emulated 2..4), two runs in one CUDA graph replayed with fresh inputs, a missing
+ * rank. */
+void test_ar_norm_gpu(void);
+void test_ar_norm_graph(void);
+void test_ar_norm_timeout(void);
+void test_ar_norm_small(void);    /* for test_sanitize: W = 1 and 2, two small cases */
 /* Timing at W = 1 of ce against nccl on the seed shapes; runs only with AGMM_GPUTEST_PERF=1. */
 void test_ag_matmul_perf_w1(void);
 
@@ -172,7 +179,8 @@ void test_graph_emulated(void);
 void test_steps_back_to_back(void);
 void test_steps_two_streams(void);
 /* A small subset of every kernel and backend for compute-sanitizer (bench/gpu_run.sh): graphs,
- * steps and two streams on few steps, the GEMM engine's configs, the pad barrier and flags. */
+ * steps and two streams on few steps, the GEMM engine's configs, the pad barrier and flags,
+ * all_reduce_rmsnorm's kernels (test_ar_norm_small). */
 void test_sanitize(void);
 /* Pieces of it from the other files. */
 void test_gemm_engine_small(void);    /* test_gemm_engine.c: every config on a small shape */

@@ -395,9 +395,9 @@ void test_ag_matmul_nccl_skipped(void)
     gpu_report_ranks(&a.res, 2, "emulated W=2: nccl backends report 'skipped: ... ranks share a GPU'");
     /* The same answer before planning: every backend of the table is available in an emulated
      * world except those that need NCCL, and those say why. */
-    const agmm_op ops[4] = {AGMM_OP_AG_MATMUL, AGMM_OP_ALL_REDUCE, AGMM_OP_MATMUL_REDUCE_SCATTER,
-                            AGMM_OP_MATMUL_ALL_REDUCE};
-    for (int oi = 0; oi < 4; oi++)
+    const agmm_op ops[5] = {AGMM_OP_AG_MATMUL, AGMM_OP_ALL_REDUCE, AGMM_OP_MATMUL_REDUCE_SCATTER,
+                            AGMM_OP_MATMUL_ALL_REDUCE, AGMM_OP_ALL_REDUCE_RMSNORM};
+    for (int oi = 0; oi < 5; oi++)
         for (int i = 0; agmm_backend_name(ops[oi], i) != NULL; i++) {
             const char *name = agmm_backend_name(ops[oi], i);
             const agmm_backend *b = agmm_backend_find(ops[oi], name);

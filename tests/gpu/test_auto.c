@@ -1,6 +1,6 @@
 /* GPU tests of `auto` (src/api/tune.c): on GPUs it measures unless AGMM_TUNE=0.
- *   W = 1 (NCCL)   ag_matmul measures nccl, ce, fused and pull, all_reduce nccl, one_shot and
- *                  two_shot; the choice is the fastest figure; the same plan again comes from
+ *   W = 1 (NCCL)   ag_matmul measures nccl, ce, fused and pull, all_reduce and
+ *                  all_reduce_rmsnorm nccl, one_shot and two_shot; the choice is the fastest figure; the same plan again comes from
  *                  memory, and the file holds it
  *   emulated W=4   every rank measures the same candidates (no nccl there) and chooses alike
  *   AGMM_TUNE=0    the static rule: ce, one_shot
@@ -17,7 +17,7 @@
 
 typedef struct {
     agmm_op op;
-    int64_t m, n, k;           /* ag_matmul; all_reduce: n */
+    int64_t m, n, k;           /* ag_matmul; all_reduce: n; all_reduce_rmsnorm: T = m, H = n */
     agmm_status status[AGMM_MAX_RANKS];
     char msg[AGMM_MAX_RANKS][512];
     agmm_tune_result last[AGMM_MAX_RANKS][2];
@@ -33,9 +33,12 @@ static agmm_status auto_rank(agmm_ctx *ctx, void *arg)
         if (j->op == AGMM_OP_AG_MATMUL) {
             agmm_ag_matmul_desc d = {.m = j->m, .n = j->n, .k = j->k, .backend = "auto"};
             st = agmm_plan_ag_matmul(&p, ctx, &d);
-        } else {
+        } else if (j->op == AGMM_OP_ALL_REDUCE) {
             agmm_all_reduce_desc d = {.n = j->n, .dtype = AGMM_DTYPE_BF16};
             st = agmm_plan_all_reduce(&p, ctx, &d);
+        } else {
+            agmm_all_reduce_rmsnorm_desc d = {.tokens = j->m, .hidden = j->n, .eps = 1e-6};
+            st = agmm_plan_all_reduce_rmsnorm(&p, ctx, &d);
         }
         j->status[rank] = st;
         if (st != AGMM_SUCCESS) {
@@ -102,6 +105,8 @@ void test_auto_gpu(void)
         check_job(w, &big, "nccl ce fused pull", NULL, "auto ag_matmul W=1 (2048, 2048, 2048)");
         auto_job ar = {.op = AGMM_OP_ALL_REDUCE, .n = 1 << 20};
         check_job(w, &ar, "nccl one_shot two_shot", NULL, "auto all_reduce W=1 n=2^20 bf16");
+        auto_job arn = {.op = AGMM_OP_ALL_REDUCE_RMSNORM, .m = 8, .n = 8192};
+        check_job(w, &arn, "nccl one_shot two_shot", NULL, "auto all_reduce_rmsnorm W=1 T=8 H=8192");
         agmm_world_destroy(w);
     }
     FILE *f = fopen(path, "r");
@@ -111,7 +116,7 @@ void test_auto_gpu(void)
         lines += line[0] != '#';
     if (f)
         fclose(f);
-    agmm_check(lines == 3, "auto: the cache file %s holds the 3 choices measured at W=1 (%d lines)", path, lines);
+    agmm_check(lines == 4, "auto: the cache file %s holds the 4 choices measured at W=1 (%d lines)", path, lines);
 
     w = gpu_test_world(AGMM_WORLD_EMULATED, 4, 0);
     if (w) {
@@ -119,6 +124,8 @@ void test_auto_gpu(void)
         check_job(w, &mm, "ce fused pull", NULL, "auto ag_matmul emulated W=4 (255, 384, 136)");
         auto_job ar = {.op = AGMM_OP_ALL_REDUCE, .n = 16387};
         check_job(w, &ar, "one_shot two_shot", NULL, "auto all_reduce emulated W=4 n=16387 bf16");
+        auto_job arn = {.op = AGMM_OP_ALL_REDUCE_RMSNORM, .m = 33, .n = 4096};
+        check_job(w, &arn, "one_shot two_shot", NULL, "auto all_reduce_rmsnorm emulated W=4 T=33 H=4096");
         agmm_world_destroy(w);
     }
 

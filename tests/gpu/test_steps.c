@@ -154,6 +154,7 @@ void test_sanitize(void)
 {
     test_world_small();
     test_gemm_engine_small();
+    test_ar_norm_small();
     graph_cases(1, 2, 2, 1);
     graph_cases(2, 2, 2, 1);
     graph_cases(4, 2, 2, 1);

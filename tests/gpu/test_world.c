@@ -206,9 +206,9 @@ void test_world_nccl_one(void)
     agmm_check(strstr(agmm_world_describe(w), "NCCL 2.") != NULL, "world GPU W=1 describe names NCCL: %s",
                agmm_world_describe(w));
     /* A real GPU world has NCCL and peer memory: every backend of the table can run. */
-    const agmm_op ops[4] = {AGMM_OP_AG_MATMUL, AGMM_OP_ALL_REDUCE, AGMM_OP_MATMUL_REDUCE_SCATTER,
-                            AGMM_OP_MATMUL_ALL_REDUCE};
-    for (int oi = 0; oi < 4; oi++)
+    const agmm_op ops[5] = {AGMM_OP_AG_MATMUL, AGMM_OP_ALL_REDUCE, AGMM_OP_MATMUL_REDUCE_SCATTER,
+                            AGMM_OP_MATMUL_ALL_REDUCE, AGMM_OP_ALL_REDUCE_RMSNORM};
+    for (int oi = 0; oi < 5; oi++)
         for (int i = 0; agmm_backend_name(ops[oi], i) != NULL; i++) {
             char why[512] = "";
             int avail = agmm_backend_available(w, ops[oi], agmm_backend_name(ops[oi], i), why, sizeof why);
