@@ -54,10 +54,12 @@ TEST_C     := $(filter-out tests/test_process.c,$(wildcard tests/test_*.c)) test
 PROCTEST_C := tests/test_process.c tests/fault_process.c tests/fault_scenario.c tests/test_cpu_backends.c \
               tests/proc_matmul_reduce.c tests/harness.c tests/arn_check.c
 GPUTEST_C  := $(wildcard tests/gpu/*.c) tests/harness.c tests/arn_check.c
+# Random steps on one world, every one checked (bench/soak.sh; a short run in make test).
+SOAK_C     := tests/soak.c tests/soak_ops.c tests/soak_dev.c tests/arn_check.c tests/harness.c
 BENCH_C    := $(wildcard tools/*.c)
 
 .PHONY: all test gputest clean install uninstall
-all: $(BUILD)/agmm-bench $(BUILD)/agmm-test $(BUILD)/agmm-proctest $(BUILD)/libagmm.so \
+all: $(BUILD)/agmm-bench $(BUILD)/agmm-test $(BUILD)/agmm-proctest $(BUILD)/agmm-soak $(BUILD)/libagmm.so \
      $(if $(filter 1,$(CUDA)),$(BUILD)/agmm-gputest)
 
 $(BUILD)/libagmm.a: $(LIB_OBJ)
@@ -144,6 +146,9 @@ $(BUILD)/agmm-test: $(TEST_C:%.c=$(BUILD)/%.o) $(BUILD)/libagmm.a
 $(BUILD)/agmm-proctest: $(PROCTEST_C:%.c=$(BUILD)/%.o) $(BUILD)/libagmm.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+$(BUILD)/agmm-soak: $(SOAK_C:%.c=$(BUILD)/%.o) $(BUILD)/libagmm.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 $(BUILD)/agmm-gputest: $(GPUTEST_C:%.c=$(BUILD)/%.o) $(BUILD)/libagmm.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -155,8 +160,10 @@ $(BUILD)/%.o: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVFLAGS) -MMD -MP -c -o $@ $<
 
-test: $(BUILD)/agmm-test $(BUILD)/agmm-bench $(BUILD)/agmm-proctest $(BUILD)/libagmm.so
-	AGMM_BENCH=$(BUILD)/agmm-bench AGMM_PROCTEST=$(BUILD)/agmm-proctest AGMM_BUILD=$(BUILD) AGMM_CUDA=$(CUDA) \
+test: $(BUILD)/agmm-test $(BUILD)/agmm-bench $(BUILD)/agmm-proctest $(BUILD)/agmm-soak $(BUILD)/libagmm.so \
+      $(if $(filter 1,$(CUDA)),$(BUILD)/agmm-gputest)
+	AGMM_BENCH=$(BUILD)/agmm-bench AGMM_PROCTEST=$(BUILD)/agmm-proctest AGMM_SOAK=$(BUILD)/agmm-soak \
+	    AGMM_BUILD=$(BUILD) AGMM_CUDA=$(CUDA) \
 	    ./tests/run.sh $(BUILD)/agmm-test
 
 gputest: $(BUILD)/agmm-gputest

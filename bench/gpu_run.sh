@@ -9,7 +9,8 @@
 # Environment: OUT (default ./out), GPUTEST_FILTER (a case-name filter for agmm-gputest),
 # AGMM_GPUTEST_PERF (default 1: the ce-vs-nccl timing case), SKIP_BENCH=1, BENCH_ARGS (extra
 # agmm-bench options for every sweep), STEP_TIMEOUT (seconds per step, default 240), SANITIZE=0
-# (skip compute-sanitizer), SAN_TIMEOUT (seconds per sanitizer tool, default 150).
+# (skip compute-sanitizer), SAN_TIMEOUT (seconds per sanitizer tool, default 180: the budget each
+# must finish in), SAN_TOOLS (default "memcheck racecheck synccheck initcheck").
 # The environment (no multicast, the wheel's NCCL 2.28.9 matching our headers): bench/gpu_env.sh.
 set -u -o pipefail
 BUILD=${1:-build}
@@ -58,10 +59,11 @@ if [ -x "$BUILD/agmm-gputest" ]; then
         "$BUILD/agmm-gputest" ${GPUTEST_FILTER:-}
 fi
 # compute-sanitizer over small shapes of every kernel and backend (bench/sanitize.sh): any report
-# fails its step. One log for the three tools.
+# fails its step, and so does a tool cut by its budget. One log for every tool; the summary gives
+# each tool's seconds and the groups run at W = 1 only under it.
 if [ -x "$BUILD/agmm-gputest" ] && [ "${SANITIZE:-1}" != 0 ]; then
-    for tool in memcheck racecheck synccheck; do
-        STEP_TIMEOUT=${SAN_TIMEOUT:-150} step "sanitize $tool" "$OUT/sanitize.log" \
+    for tool in ${SAN_TOOLS:-memcheck racecheck synccheck initcheck}; do
+        STEP_TIMEOUT=${SAN_TIMEOUT:-180} step "sanitize $tool" "$OUT/sanitize.log" \
             "$(dirname "$0")/sanitize.sh" "$BUILD" "$tool"
     done
 fi
@@ -87,7 +89,8 @@ echo
 echo "==================== summary ===================="
 cat "$SUMMARY"
 if [ -f "$OUT/sanitize.log" ]; then
-    grep -E '^(== sanitize|========= (ERROR SUMMARY|RACECHECK SUMMARY)|FAIL|[0-9]+ passed, )' "$OUT/sanitize.log" | head -20
+    grep -E '^(== sanitize [a-z]+: (exit|at)|========= (ERROR SUMMARY|RACECHECK SUMMARY)|FAIL|[0-9]+ passed, )' \
+        "$OUT/sanitize.log" | cut -c1-160 | head -60
 fi
 if [ -f "$OUT/gputest.log" ]; then
     grep -E '^(FAIL|SKIP)' "$OUT/gputest.log" | head -20

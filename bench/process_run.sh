@@ -8,7 +8,8 @@
 #      world's median time / the threads world's (the issue's bar: within 2%);
 #   3. emulated ranks as processes on one GPU (CUDA VMM memory passed as file descriptors): 2, 3,
 #      4 and 8 processes of agmm-proctest, every symmetric backend exact on odd shapes; then a
-#      kill -9 of one of 4 processes mid-sweep: the others exit 1 naming it, within the timeout + 1 s;
+#      kill -9 of one of 4 processes mid-sweep (the rank's own pid): the others exit 1 naming it as
+#      killed, within the timeout + 2 s;
 #   4. examples/ built against an installed tree with pkg-config and run on the GPU.
 # Logs go to $OUT (default ./out): process.log, process_summary.txt, timing_threads.csv,
 # timing_process.csv; the summary is printed last.
@@ -160,11 +161,15 @@ echo "== emulated processes W=4: kill -9 of rank 2 mid-sweep" >>"$LOG"
 job=$((job + 1))
 pids=()
 for r in 0 1 2 3; do
-    RANK=$r WORLD_SIZE=4 LOCAL_RANK=$r LOCAL_WORLD_SIZE=4 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((29600 + job)) \
-        TORCHELASTIC_RUN_ID="process-run-$$-$job" timeout 120 "$B" --world emulated --shapes 256:2048:64 --timeout 5 \
-        >"$OUT/k.$r" 2>&1 &
+    # exec: the background job's pid is the rank's own, which the kill must hit (a `timeout`
+    # wrapper's pid would leave the rank running: found on the H200); a watchdog bounds them.
+    (exec env RANK=$r WORLD_SIZE=4 LOCAL_RANK=$r LOCAL_WORLD_SIZE=4 MASTER_ADDR=127.0.0.1 \
+        MASTER_PORT=$((29600 + job)) TORCHELASTIC_RUN_ID="process-run-$$-$job" \
+        "$B" --world emulated --shapes 256:2048:64 --timeout 5 >"$OUT/k.$r" 2>&1) &
     pids[$r]=$!
 done
+(sleep 90; kill -9 "${pids[@]}" 2>/dev/null) &
+watchdog=$!
 for _ in $(seq 600); do grep -q 'row 2/' "$OUT/k.0" 2>/dev/null && break; sleep 0.1; done
 kill -9 "${pids[2]}"
 killed=$SECONDS
@@ -174,10 +179,12 @@ for r in 0 1 2 3; do
     rcs="$rcs $?"
 done
 late=$((SECONDS - killed))
-named=$(grep -l "rank 2" "$OUT/k.0" "$OUT/k.1" "$OUT/k.3" | wc -l)
+kill "$watchdog" 2>/dev/null
+wait "$watchdog" 2>/dev/null
+named=$(grep -l "rank 2.*killed or crashed" "$OUT/k.0" "$OUT/k.1" "$OUT/k.3" | wc -l)
 cat "$OUT"/k.? >>"$LOG"
 [ "$named" -eq 3 ] && [ "$late" -le 7 ] && [ "$(echo "$rcs" | tr -d ' ')" = 111371 ]
-result "emulated processes W=4, kill -9 of rank 2" $? "exit$rcs; $named of 3 name it; done ${late} s after (timeout 5 s)"
+result "emulated processes W=4, kill -9 of rank 2" $? "exit$rcs; $named of 3 name it killed; done ${late} s after (timeout 5 s)"
 rm -f "$OUT"/k.?
 }
 

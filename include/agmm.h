@@ -255,6 +255,19 @@ const char *agmm_last_error(const agmm_ctx *ctx);
  * AGMM_ERR_TIMEOUT (naming the peer, operation and chunk), CUDA/NCCL errors. */
 agmm_status agmm_ctx_sync(agmm_ctx *ctx);
 
+/* Marks this rank busy with work of its own between collective calls (loading weights, writing a
+ * checkpoint, checking a result, timing something alone), until agmm_ctx_busy_end: peers waiting
+ * for this rank in the host-side steps of collective calls (context, plan and symmetric-memory
+ * creation, and their agreements) see it alive and busy and wait for it without the world's
+ * timeout; a whole timeout starts when the spell ends. A busy process that dies is still reported
+ * within the timeout (a world of processes on one host watches its peers' processes). Not
+ * covered: the waits inside a run (its barriers and flags keep their bound, so finish solo work
+ * before the peers start a run with this rank), and worlds spanning hosts (peers there cannot see
+ * it). Spells nest; only the outermost shows. Local. `what` (a short text saying what) is the
+ * caller's, copied. Statuses: AGMM_ERR_INVALID_ARG (ctx NULL; an end without a begin). */
+agmm_status agmm_ctx_busy_begin(agmm_ctx *ctx, const char *what);
+agmm_status agmm_ctx_busy_end(agmm_ctx *ctx);
+
 /* Creates each local rank's context on a thread of its own, runs fn(ctx, arg) there once every
  * rank has its context, then destroys the contexts: a convenience for one-process worlds. Local
  * (it makes the collective calls of every local rank). fn and arg are the caller's; each ctx

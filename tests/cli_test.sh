@@ -202,5 +202,18 @@ rc=$?
 [ $rc -eq 2 ] && grep -q "AGMM_TIMEOUT_S=0: must be a number in" "$tmp/err"
 check "a bad knob (AGMM_TIMEOUT_S=0) exits 2 naming it before any device starts (got $rc: $(head -c 200 "$tmp/err"))" $?
 
+# The sanitizer's plan in docs/architecture.md is agmm-gputest's, verbatim (a CUDA build has it).
+gputest=${AGMM_BUILD:-build}/agmm-gputest
+if [ -x "$gputest" ]; then
+    "$gputest" sanitize-plan >"$tmp/sp" 2>"$tmp/err"
+    rc=$?
+    sed -n '/<!-- sanitize-plan: begin -->/,/<!-- sanitize-plan: end -->/p' "$(dirname "$0")/../docs/architecture.md" |
+        sed '1d;$d' >"$tmp/dp"
+    [ $rc -eq 0 ] && [ -s "$tmp/sp" ] && cmp -s "$tmp/sp" "$tmp/dp"
+    check "docs/architecture.md's sanitizer plan (which groups run at W = 1 only) is agmm-gputest sanitize-plan verbatim (got $rc; regenerate it from that output)" $?
+else
+    echo "SKIP cli: no $gputest (a build without CUDA): the sanitizer plan in docs/ is not compared"
+fi
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -123,6 +123,14 @@ for victim in 1 0; do
     done
     le "$late" $((timeout_s + 1)) || ok=1
     check "kill -9 of rank $victim mid-sweep (3 processes, timeout ${timeout_s} s): the others exit 1 ($(echo "${RC[*]}")) naming it within ${late} s:$names" $ok
+    if [ "$victim" -ne 0 ]; then
+        # The cells the sweep never reached say why, never an empty "not run: ".
+        empty=$(grep -c -E 'not run: *$' "$OUT.0.out")
+        said=$(grep -c -E 'not run: the sweep stopped when the world failed: .*rank 1' "$OUT.0.out")
+        [ "$empty" -eq 0 ] && [ "$said" -ge 1 ]
+        ok=$?
+        check "kill -9 of rank $victim: rank 0's table gives every cell not run a reason ($said say the world failed, naming rank 1; $empty empty): \"$(grep -m1 'not run: ' "$OUT.0.out" | cut -c1-200)\"" $ok
+    fi
     left=$(left_behind)
     [ -z "$left" ]
     ok=$?

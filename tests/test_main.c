@@ -50,6 +50,8 @@ static const agmm_test_case cases[] = {
     {"fault/spec", test_fault_spec},
     {"fault/any_rank", test_fault_any_rank},
     {"fault/matrix", test_fault_matrix},
+    {"busy/threads", test_busy_threads},
+    {"busy/misuse", test_busy_misuse},
     {"steps/back_to_back", test_steps_back_to_back},
     {"leaks/plan_cycles", test_leaks_plan_cycles},
     {"leaks/world_cycles", test_leaks_world_cycles},

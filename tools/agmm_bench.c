@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "bench_progress.h"
 #include "bench_sync.h"
 
 static const char *const usage_head =
@@ -69,17 +70,15 @@ static const char *const usage_head =
     "must equal the world size): rank 0 prints the table, the others only their errors, and every\n"
     "rank exits with the same status (docs/processes.md).\n";
 
-static const agmm_op ops[] = {AGMM_OP_AG_MATMUL, AGMM_OP_ALL_REDUCE, AGMM_OP_MATMUL_REDUCE_SCATTER,
-                             AGMM_OP_MATMUL_ALL_REDUCE, AGMM_OP_ALL_REDUCE_RMSNORM};
-
+/* The options, the backends of every operation of the library (agmm_ext_op_count), the knobs. */
 void bench_usage(FILE *f)
 {
     fputs(usage_head, f);
     fputs("\nBackends (the library's table):\n", f);
-    for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++)
-        for (int i = 0; agmm_backend_name(ops[o], i) != NULL; i++)
-            fprintf(f, "  %-21s %-11s %s\n", i == 0 ? agmm_op_name(ops[o]) : "", agmm_backend_name(ops[o], i),
-                    agmm_backend_summary(ops[o], agmm_backend_name(ops[o], i)));
+    for (agmm_op op = 0; (int)op < agmm_ext_op_count(); op++)
+        for (int i = 0; agmm_backend_name(op, i) != NULL; i++)
+            fprintf(f, "  %-21s %-11s %s\n", i == 0 ? agmm_op_name(op) : "", agmm_backend_name(op, i),
+                    agmm_backend_summary(op, agmm_backend_name(op, i)));
     fputs("\nEnvironment (the library's knobs, src/core/knobs.h; a value not allowed is an error naming it):\n", f);
     for (int i = 0; i < AGMM_KNOB_COUNT; i++) {
         const agmm_knob *k = agmm_knob_at((agmm_knob_id)i);
@@ -105,10 +104,10 @@ static void list_knobs(FILE *f)
 static void list_backends(FILE *f)
 {
     fputs("| op | backend | what it does |\n|---|---|---|\n", f);
-    for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++)
-        for (int i = 0; agmm_backend_name(ops[o], i) != NULL; i++)
-            fprintf(f, "| %s | `%s` | %s |\n", agmm_op_name(ops[o]), agmm_backend_name(ops[o], i),
-                    agmm_backend_summary(ops[o], agmm_backend_name(ops[o], i)));
+    for (agmm_op op = 0; (int)op < agmm_ext_op_count(); op++)
+        for (int i = 0; agmm_backend_name(op, i) != NULL; i++)
+            fprintf(f, "| %s | `%s` | %s |\n", agmm_op_name(op), agmm_backend_name(op, i),
+                    agmm_backend_summary(op, agmm_backend_name(op, i)));
 }
 
 /* Every message to stderr starts with this: "agmm-bench", and under a launcher the rank too. */
@@ -653,7 +652,10 @@ int main(int argc, char **argv)
         return 1;
     }
     proc_run run = {&res, 0};
+    if (lead && bench_progress_start(&res) != 0)
+        fprintf(stderr, "%s: cannot start the progress thread: long rows will not say what they do\n", who);
     st = launch_rank >= 0 ? agmm_world_run(world, proc_rank_main, &run) : agmm_world_run(world, bench_rank_main, &res);
+    bench_progress_stop(&res);
     if (st != AGMM_SUCCESS)
         fprintf(stderr, "%s: a rank failed: %s\n", who, agmm_status_str(st));
     if (lead)

@@ -75,7 +75,9 @@ typedef struct {
     agmm_ctx *proc_ctx;          /* a process world: this process's rank, whose host collectives
                                     merge the cells across processes (bench_sync.h); else NULL */
     int world_failed;            /* a process world's meeting failed: the world is unusable, the
-                                    sweep stops (its remaining cells stay empty) */
+                                    sweep stops (its remaining cells say so) */
+    char world_why[AGMM_ERROR_LEN]; /* why it failed */
+    struct bench_progress_state *progress; /* rank 0's progress lines (bench_progress.h), or NULL */
 } bench_results;
 
 /* Parses argv into *opt. Returns 0, or 2 after printing the problem (or 1 after --help or

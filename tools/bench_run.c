@@ -1,6 +1,11 @@
 /* The sweep one rank runs: for every row and backend, plan, fill fresh random inputs, poison
  * the outputs, run once and check, then warm up and time (docs/design.md, "Benchmark method").
- * Every rank runs the same sequence, so the collective calls line up. */
+ * Every rank runs the same sequence, so the collective calls line up.
+ *
+ * Work a rank does alone (allocating, filling, downloading and checking, rank 0's plain GEMM) is
+ * a busy spell (agmm_ctx_busy_begin): peers that reach the next meeting first wait for it without
+ * the timeout, which bounds only a peer that stopped coming, however long a row's own work is.
+ * Rank 0 also names each phase for the progress lines of long rows (bench_progress.h). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +13,7 @@
 #include "bench.h"
 #include "bench_mem.h"
 #include "bench_mr.h"
+#include "bench_progress.h"
 #include "bench_sync.h"
 
 /* Tolerances: bf16 outputs carry ~2^-9 relative rounding; fp32 sums only reordering. */
@@ -133,6 +139,22 @@ static void record_check(cell_job *j, double err, int exact)
 
 static const char *why(cell_job *j, const char *fallback);
 
+/* Rank 0: what the cell does now, for the progress lines. */
+static void phase(cell_job *j, const char *what)
+{
+    if (j->rank == 0)
+        bench_progress_phase(j->res, j->res->backends[j->bi], what);
+}
+
+/* Work this rank does alone, up to solo_end: no meeting may start inside it. */
+static void solo_begin(cell_job *j, const char *what)
+{
+    agmm_ctx_busy_begin(j->ctx, what);
+    phase(j, what);
+}
+
+static void solo_end(cell_job *j) { agmm_ctx_busy_end(j->ctx); }
+
 /* The auto column's plan: what it chose (rank 0's record; every rank chose alike). */
 static void note_auto(cell_job *j, const agmm_plan *plan)
 {
@@ -177,6 +199,8 @@ static int time_calls(cell_job *j, cell_call call, agmm_plan *plan, const void *
 {
     const bench_options *o = &j->res->opt;
     bench_dev *dev = j->dev;
+    if (go)
+        phase(j, call == call_run ? "warming up and timing runs" : "warming up and timing graph replays");
     for (int i = 0; go && i < o->warmup; i++)
         if (call(j, plan, io, exec) != 0)
             go = cell_fail(j, CELL_ERROR, why(j, "warm-up run failed"));
@@ -226,6 +250,8 @@ typedef struct {
                           be added in another order by NCCL inside a graph) */
 } cell_output;
 
+static int compare_replay(cell_job *j, const cell_output *outs, int nouts);
+
 /* One replay with the outputs poisoned first; 1 if it reproduces the eager run, else the cell fails. */
 static int replay_matches(cell_job *j, void *exec, const cell_output *outs, int nouts)
 {
@@ -235,6 +261,16 @@ static int replay_matches(cell_job *j, void *exec, const cell_output *outs, int 
         ok = bench_poison_bf16(dev, outs[i].dev, outs[i].count * agmm_dtype_bytes(outs[i].dtype) / 2) == 0;
     if (!ok || bench_graph_launch(dev, exec) != 0 || bench_sync(dev) != 0 || agmm_ctx_sync(j->ctx) != AGMM_SUCCESS)
         return cell_fail(j, CELL_ERROR, why(j, "graph replay failed"));
+    solo_begin(j, "checking a graph replay against the run");
+    ok = compare_replay(j, outs, nouts);
+    solo_end(j);
+    return ok;
+}
+
+/* The replay's outputs (on the device) against the eager run's (on the host). */
+static int compare_replay(cell_job *j, const cell_output *outs, int nouts)
+{
+    bench_dev *dev = j->dev;
     for (int i = 0; i < nouts; i++) {
         size_t es = agmm_dtype_bytes(outs[i].dtype);
         void *got = malloc(outs[i].count * es);
@@ -278,6 +314,7 @@ static void time_graph(cell_job *j, agmm_plan *plan, const void *io, const cell_
     void *exec = NULL;
     if (!go || !dev->gpu)
         return;
+    phase(j, "capturing a CUDA graph");
     if (bench_graph_begin(dev) != 0) {
         cell_fail(j, CELL_ERROR, dev->err);
     } else {
@@ -319,10 +356,12 @@ static void run_ag_matmul(cell_job *j)
     void *db = NULL, *dag = NULL, *dc = NULL;
     bench_dev *dev = j->dev;
     /* A rank whose plan failed still walks the whole cell, so every rank meets the same barriers. */
+    phase(j, "planning");
     agmm_status st = agmm_plan_ag_matmul(&plan, j->ctx, &desc);
     int ok = st == AGMM_SUCCESS;
     if (!ok)
         cell_fail(j, st == AGMM_ERR_UNSUPPORTED ? CELL_SKIPPED : CELL_ERROR, why(j, agmm_status_str(st)));
+    solo_begin(j, "allocating and filling inputs");
     if (ok) {
         note_auto(j, plan);
         ha = malloc((size_t)(m * k) * 2);
@@ -344,14 +383,18 @@ static void run_ag_matmul(cell_job *j)
             bench_poison_bf16(dev, dc, (size_t)(rows * n)) || bench_sync(dev))
             ok = cell_fail(j, CELL_ERROR, dev->err);
     }
+    solo_end(j);
     /* Every rank reaches the same barriers whatever failed, so nobody is left waiting; the
      * agreement also orders every rank's shard upload before anyone runs. */
     agmm_ag_matmul_io io = {.b = db, .a_gathered = dag, .c = dc};
     ok = cell_agreed_ok(j);
+    if (ok)
+        phase(j, "running once");
     if (ok &&
         (agmm_ag_matmul(plan, &io, dev->stream) != AGMM_SUCCESS || agmm_ctx_sync(j->ctx) != AGMM_SUCCESS ||
          bench_sync(dev) != 0))
         ok = cell_fail(j, CELL_ERROR, why(j, "run failed"));
+    solo_begin(j, "checking against the fp64 reference");
     if (ok && cell_ok(j) &&
         (bench_download(dev, hag, dag, (size_t)(rows * k) * 2) || bench_download(dev, hc, dc, (size_t)(rows * n) * 2)))
         ok = cell_fail(j, CELL_ERROR, dev->err);
@@ -372,6 +415,7 @@ static void run_ag_matmul(cell_job *j)
             cell_fail(j, CELL_WRONG, what);
         }
     }
+    solo_end(j);
     time_plan(j, plan, &io, cell_agreed_ok(j) && !o->check_only);
     const cell_output outs[2] = {{dag, hag, (size_t)(rows * k), AGMM_DTYPE_BF16, 1},
                                  {dc, hc, (size_t)(rows * n), AGMM_DTYPE_BF16, 0}};
@@ -398,10 +442,12 @@ static void run_all_reduce(cell_job *j)
     float *acc = NULL, *tmp = NULL;
     bench_dev *dev = j->dev;
     /* A rank whose plan failed still walks the whole cell, so every rank meets the same barriers. */
+    phase(j, "planning");
     agmm_status st = agmm_plan_all_reduce(&plan, j->ctx, &desc);
     int ok = st == AGMM_SUCCESS;
     if (!ok)
         cell_fail(j, st == AGMM_ERR_UNSUPPORTED ? CELL_SKIPPED : CELL_ERROR, why(j, agmm_status_str(st)));
+    solo_begin(j, "allocating and filling inputs and the reference");
     if (ok) {
         note_auto(j, plan);
         hin = malloc((size_t)n * esz);
@@ -432,12 +478,18 @@ static void run_all_reduce(cell_job *j)
             bench_poison_bf16(dev, dout, (size_t)n * esz / 2) || bench_sync(dev))
             ok = cell_fail(j, CELL_ERROR, dev->err);
     }
+    solo_end(j);
     agmm_all_reduce_io io = {.out = dout};
     ok = cell_agreed_ok(j);
+    if (ok)
+        phase(j, "running once");
     if (ok &&
         (agmm_all_reduce(plan, &io, dev->stream) != AGMM_SUCCESS || agmm_ctx_sync(j->ctx) != AGMM_SUCCESS ||
-         bench_sync(dev) != 0 || bench_download(dev, hout, dout, (size_t)n * esz)))
+         bench_sync(dev) != 0))
         ok = cell_fail(j, CELL_ERROR, why(j, "run failed"));
+    solo_begin(j, "checking against the reference");
+    if (ok && cell_ok(j) && bench_download(dev, hout, dout, (size_t)n * esz))
+        ok = cell_fail(j, CELL_ERROR, dev->err);
     if (ok && cell_ok(j)) {
         double num = 0, den = 0;
         int nan_seen = 0;
@@ -458,6 +510,7 @@ static void run_all_reduce(cell_job *j)
             cell_fail(j, CELL_WRONG, what);
         }
     }
+    solo_end(j);
     time_plan(j, plan, &io, cell_agreed_ok(j) && !o->check_only);
     const cell_output outs[1] = {{dout, hout, (size_t)n, o->dtype, 0}};
     time_graph(j, plan, &io, outs, 1, o->graph && cell_agreed_ok(j));
@@ -519,6 +572,7 @@ static void run_matmul_reduce(cell_job *j)
     void *da = NULL, *db = NULL, *dout = NULL;
     bench_dev *dev = j->dev;
     agmm_status st;
+    phase(j, "planning");
     if (o->op == AGMM_OP_MATMUL_ALL_REDUCE) {
         agmm_matmul_all_reduce_desc d = {.m = m, .n = n, .k = k, .b_layout = o->b_layout,
                                          .backend = j->res->backends[j->bi]};
@@ -532,6 +586,7 @@ static void run_matmul_reduce(cell_job *j)
     int ok = st == AGMM_SUCCESS;
     if (!ok)
         cell_fail(j, st == AGMM_ERR_UNSUPPORTED ? CELL_SKIPPED : CELL_ERROR, why(j, agmm_status_str(st)));
+    solo_begin(j, "allocating and filling inputs");
     if (ok) {
         note_auto(j, plan);
         ha = malloc(a_bytes), hb = malloc(b_bytes), hout = malloc(out_bytes + 2);
@@ -546,16 +601,24 @@ static void run_matmul_reduce(cell_job *j)
             bench_poison_bf16(dev, dout, out_bytes / 2) || bench_sync(dev))
             ok = cell_fail(j, CELL_ERROR, dev->err);
     }
+    solo_end(j);
     void *out = rows > 0 ? dout : NULL;
     ok = cell_agreed_ok(j);
+    if (ok)
+        phase(j, "running once");
     if (ok && (mr_run(j, plan, da, db, out) != AGMM_SUCCESS || agmm_ctx_sync(j->ctx) != AGMM_SUCCESS ||
-               bench_sync(dev) != 0 || bench_download(dev, hout, dout, out_bytes)))
+               bench_sync(dev) != 0))
         ok = cell_fail(j, CELL_ERROR, why(j, "run failed"));
-    /* Every rank's hash of its S (0 where it has none), exchanged by all: collective. */
+    solo_begin(j, "checking against the fp64 reference");
+    if (ok && bench_download(dev, hout, dout, out_bytes))
+        ok = cell_fail(j, CELL_ERROR, dev->err);
     uint64_t mine = ok && cell_ok(j) ? bench_mr_hash(hout, out_bytes) : 0, all[AGMM_MAX_RANKS];
+    solo_end(j);
+    /* Every rank's hash of its S (0 where it has none), exchanged by all: collective. */
     int same = agmm_ext_exchange(j->ctx, &mine, sizeof mine, all) == AGMM_SUCCESS;
     for (int p = 0; same && o->op == AGMM_OP_MATMUL_ALL_REDUCE && p < j->nranks; p++)
         same = all[p] == all[0];
+    solo_begin(j, "checking against the fp64 reference");
     if (ok && cell_ok(j)) {
         int nan_seen = 0;
         double err = bench_mr_check(&ref, hout, row0, rows, &nan_seen);
@@ -567,6 +630,7 @@ static void run_matmul_reduce(cell_job *j)
             cell_fail(j, CELL_WRONG, what);
         }
     }
+    solo_end(j);
     agmm_matmul_reduce_scatter_io rio = {.a = da, .b = db, .out = out};
     agmm_matmul_all_reduce_io aio = {.a = da, .b = db, .c = out};
     const void *io = o->op == AGMM_OP_MATMUL_ALL_REDUCE ? (const void *)&aio : (const void *)&rio;
@@ -653,10 +717,12 @@ static void run_all_reduce_rmsnorm(cell_job *j)
     void *dy = NULL, *dr = NULL, *dres = NULL, *dg = NULL, *db = NULL;
     bench_dev *dev = j->dev;
     /* A rank whose plan failed still walks the whole cell, so every rank meets the same barriers. */
+    phase(j, "planning");
     agmm_status st = agmm_plan_all_reduce_rmsnorm(&plan, j->ctx, &desc);
     int ok = st == AGMM_SUCCESS;
     if (!ok)
         cell_fail(j, st == AGMM_ERR_UNSUPPORTED ? CELL_SKIPPED : CELL_ERROR, why(j, agmm_status_str(st)));
+    solo_begin(j, "allocating and filling inputs");
     if (ok) {
         note_auto(j, plan);
         hx = malloc(rows), hres = malloc(rows), hy = malloc(rows), hr = malloc(rows);
@@ -679,12 +745,18 @@ static void run_all_reduce_rmsnorm(cell_job *j)
             bench_poison_bf16(dev, dr, rows / 2) || bench_sync(dev))
             ok = cell_fail(j, CELL_ERROR, dev->err);
     }
+    solo_end(j);
     agmm_all_reduce_rmsnorm_io io = {.y = dy, .residual_out = dr, .gamma = dg, .bias = db, .residual = dres};
     ok = cell_agreed_ok(j);
+    if (ok)
+        phase(j, "running once");
     if (ok &&
         (agmm_all_reduce_rmsnorm(plan, &io, dev->stream) != AGMM_SUCCESS || agmm_ctx_sync(j->ctx) != AGMM_SUCCESS ||
-         bench_sync(dev) != 0 || bench_download(dev, hy, dy, rows) || bench_download(dev, hr, dr, rows)))
+         bench_sync(dev) != 0))
         ok = cell_fail(j, CELL_ERROR, why(j, "run failed"));
+    solo_begin(j, "checking against the fp64 reference");
+    if (ok && cell_ok(j) && (bench_download(dev, hy, dy, rows) || bench_download(dev, hr, dr, rows)))
+        ok = cell_fail(j, CELL_ERROR, dev->err);
     if (ok && cell_ok(j)) {
         double err_r = 0, err_y = 0;
         int nan_seen = 0;
@@ -697,6 +769,7 @@ static void run_all_reduce_rmsnorm(cell_job *j)
             cell_fail(j, CELL_WRONG, what);
         }
     }
+    solo_end(j);
     time_plan(j, plan, &io, cell_agreed_ok(j) && !o->check_only);
     /* A replay of a fused backend repeats its run bit for bit; NCCL may sum in another order. */
     const int exact = plan && strcmp(agmm_plan_backend(plan), "nccl") != 0;
@@ -772,34 +845,56 @@ static int row_fits(cell_job *j)
     return ok;
 }
 
+/* Every cell the sweep never reached says why it was not run. */
+static void mark_not_run(bench_results *res, const char *why)
+{
+    bench_sync_lock(res);
+    for (int i = 0; i < res->nrows; i++)
+        for (int b = 0; b < res->nbackends; b++) {
+            bench_cell *cell = &res->rows[i].cell[b];
+            if (cell->state == CELL_EMPTY && !cell->note[0])
+                agmm_format(cell->note, sizeof cell->note, "%s", why);
+        }
+    bench_sync_unlock(res);
+}
+
 agmm_status bench_rank_main(agmm_ctx *ctx, void *arg)
 {
     bench_results *res = arg;
     bench_dev dev;
     int timed = res->opt.iters > 0 ? res->opt.iters : 1;
+    agmm_ctx_busy_begin(ctx, "setting up its device");
     int init_ok = bench_dev_init(&dev, ctx, res->opt.flush, timed) == 0;
+    agmm_ctx_busy_end(ctx);
     if (!init_ok)
         fprintf(stderr, "agmm-bench: rank %d: %s\n", agmm_ctx_rank(ctx), dev.err);
     /* If any rank cannot run, none does: the others would wait for it at the first barrier. */
     if (!bench_sync_all_ok(res, init_ok)) {
+        mark_not_run(res, "a rank could not set up its device (its message is on stderr)");
         bench_dev_fini(&dev);
         return init_ok ? AGMM_SUCCESS : AGMM_ERR_CUDA;
     }
     cell_job j = {ctx, res, &dev, agmm_ctx_rank(ctx), res->nranks, 0, 0};
     for (j.row = 0; j.row < res->nrows && !res->world_failed; j.row++) {
+        if (j.rank == 0)
+            bench_progress_row(res, j.row);
         if (!row_fits(&j)) {
             if (j.rank == 0)
-                bench_progress(res, j.row);
+                bench_progress_done(res, j.row);
             continue;
         }
         if (has_gemm(res->opt.op) && res->opt.check_only == 0) {
             /* The GEMM each rank runs: the gathered one, or the local M x N x K of a row-parallel one. */
             bench_row *row = &res->rows[j.row];
             const int64_t rows = is_row_parallel(res->opt.op) ? row->m : (int64_t)res->nranks * row->m;
-            if (j.rank == 0)
+            if (j.rank == 0) {
+                /* Rank 0's alone: the others wait for it at the barrier below, without the bound. */
+                agmm_ctx_busy_begin(ctx, "timing the plain GEMM");
+                bench_progress_phase(res, NULL, "timing the plain GEMM");
                 bench_time_plain_gemm(&dev, ctx, rows, row->n, row->k, res->opt.b_layout, res->opt.warmup,
                                       res->opt.iters, &row->gemm_us, &row->engine_us);
-            /* The others wait here, not inside a plan's bounded rendezvous. */
+                agmm_ctx_busy_end(ctx);
+            }
             bench_sync_barrier(res);
         }
         for (j.bi = 0; j.bi < res->nbackends && !res->world_failed; j.bi++) {
@@ -816,7 +911,12 @@ agmm_status bench_rank_main(agmm_ctx *ctx, void *arg)
             bench_sync_barrier(res);
         }
         if (j.rank == 0)
-            bench_progress(res, j.row);
+            bench_progress_done(res, j.row);
+    }
+    if (res->world_failed) {
+        char why[sizeof res->world_why + 64];
+        agmm_format(why, sizeof why, "the sweep stopped when the world failed: %s", res->world_why);
+        mark_not_run(res, why);
     }
     bench_dev_fini(&dev);
     return AGMM_SUCCESS;

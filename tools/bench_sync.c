@@ -21,12 +21,20 @@ void bench_sync_fini(bench_results *r)
 void bench_sync_attach(bench_results *r, agmm_ctx *ctx) { r->proc_ctx = ctx; }
 
 /* A failed meeting of processes (a peer died or timed out) leaves the world unusable: the sweep
- * stops (r->world_failed) and the cell being merged carries the reason. */
+ * stops (r->world_failed, with the reason in r->world_why) and the cell being merged carries the
+ * reason too. */
+static void world_fails(bench_results *r)
+{
+    if (!r->world_failed)
+        agmm_format(r->world_why, sizeof r->world_why, "%s", agmm_error_detail(agmm_last_error(r->proc_ctx)));
+    r->world_failed = 1;
+}
+
 void bench_sync_barrier(bench_results *r)
 {
-    if (r->proc_ctx)
-        r->world_failed |= agmm_ext_barrier(r->proc_ctx) != AGMM_SUCCESS;
-    else
+    if (r->proc_ctx && agmm_ext_barrier(r->proc_ctx) != AGMM_SUCCESS)
+        world_fails(r);
+    else if (!r->proc_ctx)
         pthread_barrier_wait(&r->barrier);
 }
 
@@ -48,7 +56,7 @@ static int merge_cell(bench_results *r, bench_cell *cell)
     cell_view mine = {.state = (int32_t)cell->state, .exact_a = cell->exact_a, .err = cell->err}, all[AGMM_MAX_RANKS];
     snprintf(mine.note, sizeof mine.note, "%s", cell->note);
     if (agmm_ext_exchange(r->proc_ctx, &mine, sizeof mine, all) != AGMM_SUCCESS) {
-        r->world_failed = 1;
+        world_fails(r);
         if (!cell_failed(cell->state)) {
             cell->state = CELL_ERROR;
             agmm_format(cell->note, sizeof cell->note, "%s", agmm_last_error(r->proc_ctx));
@@ -114,17 +122,4 @@ int bench_sync_all_ok(bench_results *r, int ok)
     ok = !r->init_failed;
     bench_sync_unlock(r);
     return ok;
-}
-
-void bench_progress(const bench_results *r, int row)
-{
-    const bench_row *w = &r->rows[row];
-    if (r->opt.op == AGMM_OP_ALL_REDUCE_RMSNORM)
-        fprintf(stderr, "agmm-bench: row %d/%d T=%lld H=%lld done\n", row + 1, r->nrows, (long long)w->m,
-                (long long)w->n);
-    else if (r->opt.op != AGMM_OP_ALL_REDUCE)
-        fprintf(stderr, "agmm-bench: row %d/%d (%lld, %lld, %lld) done\n", row + 1, r->nrows, (long long)w->m,
-                (long long)w->n, (long long)w->k);
-    else
-        fprintf(stderr, "agmm-bench: row %d/%d n=%lld done\n", row + 1, r->nrows, (long long)w->n);
 }

@@ -22,7 +22,5 @@ void bench_sync_unlock(bench_results *r);
 int bench_sync_cell(bench_results *r, int row, int b);
 /* 1 if `ok` on every rank. Collective; once per run (it is the sweep's opening agreement). */
 int bench_sync_all_ok(bench_results *r, int ok);
-/* Rank 0 prints one progress line to stderr after each row. */
-void bench_progress(const bench_results *r, int row);
 
 #endif

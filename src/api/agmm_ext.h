@@ -40,6 +40,11 @@ agmm_status agmm_ext_gemm_run(agmm_ext_gemm *g, void *stream);
 /* NULL-safe. */
 void agmm_ext_gemm_destroy(agmm_ext_gemm *g);
 
+/* The library's operations are the agmm_op values 0 .. agmm_ext_op_count() - 1, each with its type
+ * (src/api): what the benchmark, the soak and the GPU step tests loop over, so that an operation
+ * added later is in them without a line there. Local. */
+int agmm_ext_op_count(void);
+
 /* How the last plan this rank made with backend NULL or "auto" got its backend: *how is
  * "measured", "cached" (rank 0's memory or the cache file) or "static" (NULL before any such
  * plan), *tune_ms the milliseconds its creation spent measuring (0 unless measured). Local. */

@@ -200,8 +200,11 @@ static agmm_status plan_run(agmm_plan *p, agmm_op op, const void *io, void *stre
     st = agmm_api_fault_point(ctx, &p->fault, AGMM_FAULT_AT_RUN, p->epoch);
     if (st == AGMM_SUCCESS)
         st = p->impl->run(p, io, stream);
-    if (st != AGMM_SUCCESS)
+    if (st != AGMM_SUCCESS) {
+        /* A run that timed out in a world of processes may have waited for one that died: say so. */
+        agmm_world_note_gone(ctx);
         *agmm_ctx_out_of_step(ctx) = *err;
+    }
     return st;
 }
 

@@ -79,8 +79,9 @@ static void nccl_fini(agmm_world *w)
 }
 
 /* Peers on other hosts cannot be told anything but through NCCL, which a failed collective has
- * aborted: they find out by their own timeouts. */
-static const agmm_host_ops nccl_ops = {nccl_exchange, nccl_barrier, NULL, NULL, nccl_fini};
+ * aborted: they find out by their own timeouts. Nor can they see that a rank is busy, or that its
+ * process died: their waits keep the bound (agmm.h, agmm_ctx_busy_begin). */
+static const agmm_host_ops nccl_ops = {nccl_exchange, nccl_barrier, NULL, NULL, NULL, NULL, nccl_fini};
 
 agmm_status agmm_host_nccl_init(agmm_world *w, agmm_error *err)
 {

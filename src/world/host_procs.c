@@ -21,6 +21,12 @@
  * knows the peer is gone and fails at once, naming it, instead of at the timeout. A rank that
  * leaves normally marks its slot first, so its peers can tell "left" from "died".
  *
+ * Busy. A rank doing work of its own (agmm_ctx_busy_begin) raises `busy` in its slot, with what
+ * it does. A peer waiting for it then pushes its deadline on at every look, so the wait has no
+ * bound while the rank is busy and a whole timeout once it ends. The liveness locks are still
+ * watched, the busy rank's and every other's: a process that dies meanwhile is reported at once,
+ * not at the end of the spell.
+ *
  * Giving up. A rank whose collective failed writes why into the segment's header; every peer
  * then fails its next (or current) wait at once with that reason: the world is unusable.
  *
@@ -60,7 +66,8 @@ typedef struct {
     _Atomic uint32_t state;    /* 0, SLOT_JOINED once its lock is held, SLOT_LEFT after destroy */
     _Atomic uint32_t seq;      /* the last host collective this rank published */
     int32_t pid;
-    uint32_t pad;
+    _Atomic uint32_t busy;     /* 1 while the rank is busy with work of its own */
+    char busy_what[64];        /* what it does then, written before busy is raised */
     ctl_buf buf[2];
 } __attribute__((aligned(64))) ctl_slot;
 
@@ -205,23 +212,52 @@ static int hopeless(const procs_state *ps, int p, char *why, size_t len)
     return 1;
 }
 
-/* Waits until `ready(ps, p, arg)` holds for peer p, up to deadline_ns. Spins briefly, then
- * naps; looks at the abandon flag and p's liveness every few milliseconds so that a dead peer
- * or one that gave up is reported at once. Returns AGMM_SUCCESS, or records why not. */
+/* While peer p is busy with work of its own, a wait for it keeps a whole timeout ahead: the
+ * deadline moves to now + timeout at every look. Returns whether p is busy. */
+static int hold_for_busy(const procs_state *ps, int p, int64_t t, double timeout_s, int64_t *deadline_ns)
+{
+    const int64_t held = t + (int64_t)(timeout_s * 1e9);
+    const int busy = atomic_load_explicit(&ps->ctl->slot[p].busy, memory_order_acquire) != 0;
+    if (busy && held > *deadline_ns)
+        *deadline_ns = held;
+    return busy;
+}
+
+/* A peer other than p whose process died, or -1. Looked at while a wait has no bound (p busy): a
+ * death elsewhere, even of a rank that already arrived, dooms the world, and must not wait for
+ * the end of p's spell to be seen. */
+static int dead_elsewhere(const procs_state *ps, int p)
+{
+    for (int q = 0; q < ps->nranks; q++)
+        if (q != p && q != ps->rank && peer_of(ps, q) == PEER_DEAD)
+            return q;
+    return -1;
+}
+
+/* Waits until `ready(ps, p, arg)` holds for peer p, up to *deadline_ns (moved on while p is busy:
+ * the caller's later waits keep the moved deadline). Spins briefly, then naps; looks at the abandon
+ * flag and p's liveness every few milliseconds so that a dead peer or one that gave up is reported
+ * at once, busy or not. Returns AGMM_SUCCESS, or records why not. */
 static agmm_status wait_for(agmm_ctx *ctx, procs_state *ps, int p, int (*ready)(const procs_state *, int, uint32_t),
-                            uint32_t arg, int64_t deadline_ns, const char *what)
+                            uint32_t arg, int64_t *deadline_ns, const char *what)
 {
     int64_t start = now_ns(), next_look = start;
     for (int spins = 0;; spins++) {
         if (ready(ps, p, arg))
             return AGMM_SUCCESS;
         int64_t t = now_ns();
-        if (t >= next_look || t >= deadline_ns) {
+        if (t >= next_look || t >= *deadline_ns) {
             char why[AGMM_ERROR_LEN];
             /* A peer that published and then left or died still counts as arrived. */
             if (hopeless(ps, p, why, sizeof why) && !ready(ps, p, arg))
                 return AGMM_FAIL(&ctx->err, AGMM_ERR_TIMEOUT, "rank %d: %s: %s", ps->rank, what, why);
-            if (t >= deadline_ns)
+            int q = hold_for_busy(ps, p, t, ctx->world->timeout_s, deadline_ns) ? dead_elsewhere(ps, p) : -1;
+            if (q >= 0)
+                return AGMM_FAIL(&ctx->err, AGMM_ERR_TIMEOUT,
+                                 "rank %d: %s: rank %d (pid %d) has exited without leaving the world: killed or "
+                                 "crashed (seen while rank %d was busy: %s)",
+                                 ps->rank, what, q, ps->ctl->slot[q].pid, p, ps->ctl->slot[p].busy_what);
+            if (t >= *deadline_ns)
                 return AGMM_ERR_TIMEOUT; /* the caller names every rank still missing */
             next_look = t + 2000000;
         }
@@ -276,7 +312,7 @@ static agmm_status procs_exchange(agmm_ctx *ctx, uint32_t tag, const void *mine,
 
     int64_t deadline = deadline_of(w);
     for (int p = 0; p < ps->nranks; p++) {
-        agmm_status st = wait_for(ctx, ps, p, published, s, deadline, what);
+        agmm_status st = wait_for(ctx, ps, p, published, s, &deadline, what);
         if (st != AGMM_SUCCESS)
             return ctx->err.status != AGMM_SUCCESS ? st : missing_ranks(ctx, ps, s, what);
     }
@@ -302,6 +338,26 @@ static void procs_abandon(agmm_world *w, const agmm_error *why)
         return;
     snprintf(ps->ctl->why, sizeof ps->ctl->why, "%s", agmm_error_detail(why->msg));
     atomic_store_explicit(&ps->ctl->abandoned, (uint32_t)ps->rank + 1, memory_order_release);
+}
+
+static void procs_busy(agmm_ctx *ctx, int busy, const char *what)
+{
+    procs_state *ps = ctx->world->host_state;
+    ctl_slot *me = &ps->ctl->slot[ps->rank];
+    if (busy)
+        snprintf(me->busy_what, sizeof me->busy_what, "%s", what);
+    atomic_store_explicit(&me->busy, (uint32_t)busy, memory_order_release);
+}
+
+/* Only a death is told: a peer that left did so after failing itself, and says why on its own. */
+static int procs_peer_gone(const agmm_world *w, int p, char *why, size_t len)
+{
+    const procs_state *ps = w->host_state;
+    if (ps == NULL || ps->ctl == NULL || p < 0 || p >= ps->nranks || p == ps->rank || peer_of(ps, p) != PEER_DEAD)
+        return 0;
+    agmm_format(why, len, "rank %d (pid %d) has exited without leaving the world: killed or crashed", p,
+                ps->ctl->slot[p].pid);
+    return 1;
 }
 
 /* ---- descriptors over sockets ---- */
@@ -400,7 +456,7 @@ static agmm_status procs_exchange_fds(agmm_ctx *ctx, uint32_t tag, int mine, int
 {
     agmm_world *w = ctx->world;
     procs_state *ps = w->host_state;
-    const int64_t deadline = deadline_of(w);
+    int64_t deadline = deadline_of(w);
     int to_send[AGMM_MAX_RANKS], nsend = 0, have[AGMM_MAX_RANKS] = {0}, nhave = 1;
     char what[64];
     snprintf(what, sizeof what, "descriptor exchange #%u", tag >> 1);
@@ -453,7 +509,7 @@ static agmm_status procs_exchange_fds(agmm_ctx *ctx, uint32_t tag, int mine, int
         }
         if (st != AGMM_SUCCESS || (nsend == 0 && nhave == ps->nranks))
             break;
-        /* Nobody still awaited may be gone, and the wait is bounded. */
+        /* Nobody still awaited may be gone, and the wait is bounded while they are not busy. */
         for (int p = 0; p < ps->nranks && st == AGMM_SUCCESS; p++) {
             int waiting = !have[p];
             for (int i = 0; i < nsend; i++)
@@ -461,7 +517,13 @@ static agmm_status procs_exchange_fds(agmm_ctx *ctx, uint32_t tag, int mine, int
             if (!waiting)
                 continue;
             char why[AGMM_ERROR_LEN];
-            if (hopeless(ps, p, why, sizeof why))
+            const int q = hold_for_busy(ps, p, now_ns(), w->timeout_s, &deadline) ? dead_elsewhere(ps, p) : -1;
+            if (q >= 0)
+                st = AGMM_FAIL(&ctx->err, AGMM_ERR_TIMEOUT,
+                               "rank %d: %s failed: rank %d (pid %d) has exited without leaving the world: killed or "
+                               "crashed (seen while rank %d was busy: %s)",
+                               ps->rank, what, q, ps->ctl->slot[q].pid, p, ps->ctl->slot[p].busy_what);
+            else if (hopeless(ps, p, why, sizeof why))
                 st = AGMM_FAIL(&ctx->err, AGMM_ERR_TIMEOUT, "rank %d: %s failed: %s", ps->rank, what, why);
             else if (now_ns() >= deadline)
                 st = AGMM_FAIL(&ctx->err, AGMM_ERR_TIMEOUT, "rank %d: %s timed out after %.2f s: %s", ps->rank, what,
@@ -501,7 +563,8 @@ static void procs_fini(agmm_world *w)
     w->host_state = NULL;
 }
 
-static const agmm_host_ops procs_ops = {procs_exchange, procs_barrier, procs_exchange_fds, procs_abandon, procs_fini};
+static const agmm_host_ops procs_ops = {procs_exchange, procs_barrier,   procs_exchange_fds, procs_abandon,
+                                        procs_busy,     procs_peer_gone, procs_fini};
 
 static const char *job_text(const agmm_proc_identity *id, char *buf, size_t len)
 {

@@ -1,6 +1,9 @@
 /* Host collectives of a world whose ranks are threads of one process: a mutex, a condition
  * variable and a slot per rank. Every wait has the world's timeout as its deadline, on the
- * monotonic clock (a wall-clock jump must not stretch or cut it). */
+ * monotonic clock (a wall-clock jump must not stretch or cut it), except while a rank it waits for
+ * is busy with work of its own (agmm_ctx_busy_begin): then the wait has no bound, and a whole
+ * timeout starts when that rank ends its busy spell. A thread cannot die alone, so nothing else
+ * needs watching. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,9 +18,23 @@ typedef struct {
     unsigned generation;
     int arrived;
     uint64_t came;             /* bit i: local rank i came to this generation (if only to give up) */
+    uint64_t busy;             /* bit i: local rank i is busy with work of its own */
     unsigned char *slots;      /* nlocal slots of AGMM_HOST_SLOT_BYTES */
     uint32_t *tags;            /* nlocal: the tag of the host collective each rank is in */
 } threads_state;
+
+/* *t = now + timeout_s on the monotonic clock. */
+static void arm(struct timespec *t, double timeout_s)
+{
+    clock_gettime(CLOCK_MONOTONIC, t);
+    double whole = (double)(long)timeout_s;
+    t->tv_sec += (time_t)whole;
+    t->tv_nsec += (long)((timeout_s - whole) * 1e9);
+    if (t->tv_nsec >= 1000000000L) {
+        t->tv_sec++;
+        t->tv_nsec -= 1000000000L;
+    }
+}
 
 /* Waits until every local rank has arrived at this generation, up to the world's timeout; `tag`
  * names the call in a timeout's message. Called with s->mu held. */
@@ -34,20 +51,21 @@ static agmm_status rendezvous_locked(agmm_ctx *ctx, threads_state *s, uint32_t t
         pthread_cond_broadcast(&s->cv);
         return AGMM_SUCCESS;
     }
+    const uint64_t all = w->nlocal == 64 ? ~(uint64_t)0 : ((uint64_t)1 << w->nlocal) - 1;
     struct timespec deadline;
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    double whole = (double)(long)w->timeout_s;
-    deadline.tv_sec += (time_t)whole;
-    deadline.tv_nsec += (long)((w->timeout_s - whole) * 1e9);
-    if (deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000L;
-    }
+    arm(&deadline, w->timeout_s);
+    /* held: a rank still missing was busy at the last look. While one is, every wake re-arms the
+     * deadline; the first wake after it ends (threads_busy broadcasts) arms a whole timeout. */
+    int held = 0;
     while (s->generation == gen) {
-        if (pthread_cond_timedwait(&s->cv, &s->mu, &deadline) == ETIMEDOUT && s->generation == gen) {
+        const int busy_now = (all & ~s->came & s->busy) != 0;
+        if (busy_now || held)
+            arm(&deadline, w->timeout_s);
+        held = busy_now;
+        if (pthread_cond_timedwait(&s->cv, &s->mu, &deadline) == ETIMEDOUT && s->generation == gen &&
+            (all & ~s->came & s->busy) == 0) {
             /* Name the ranks that never came (global numbers: local rank i is first_rank + i); a
              * peer that came and gave up a moment earlier is not one of them. */
-            uint64_t all = w->nlocal == 64 ? ~(uint64_t)0 : ((uint64_t)1 << w->nlocal) - 1;
             uint64_t missing = (all & ~s->came) << w->first_rank;
             char who[200];
             agmm_format_ranks(who, sizeof who, missing);
@@ -104,6 +122,17 @@ static agmm_status threads_exchange(agmm_ctx *ctx, uint32_t tag, const void *min
     return st;
 }
 
+static void threads_busy(agmm_ctx *ctx, int busy, const char *what)
+{
+    threads_state *s = ctx->world->host_state;
+    const uint64_t me = (uint64_t)1 << ctx->info.local_rank;
+    pthread_mutex_lock(&s->mu);
+    s->busy = busy ? s->busy | me : s->busy & ~me;
+    /* Waiters re-arm their deadline now: a whole timeout from the end of the busy spell. */
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
 static void threads_fini(agmm_world *w)
 {
     threads_state *s = w->host_state;
@@ -118,7 +147,8 @@ static void threads_fini(agmm_world *w)
 }
 
 /* Threads pass no descriptors and need no abandon notice: they share the world's record. */
-static const agmm_host_ops threads_ops = {threads_exchange, threads_barrier, NULL, NULL, threads_fini};
+static const agmm_host_ops threads_ops = {threads_exchange, threads_barrier, NULL, NULL, threads_busy, NULL,
+                                           threads_fini};
 
 agmm_status agmm_host_threads_init(agmm_world *w, agmm_error *err)
 {

@@ -74,6 +74,13 @@ agmm_status agmm_host_barrier(agmm_ctx *ctx);
  * rank is a failure on all and none goes on to wait for it. */
 agmm_status agmm_host_agree(agmm_ctx *ctx, agmm_status mine);
 
+/* After a timeout recorded in ctx's error record (a run's barrier or flag that a peer never
+ * reached): appends every peer the world knows to have died ("; rank 1 (pid 123) has exited
+ * without leaving the world: killed or crashed"), so that the message says the process died, as
+ * a host collective's does. Nothing where nothing tells (threads, ranks on other hosts), or for
+ * another status. Local. */
+void agmm_world_note_gone(agmm_ctx *ctx);
+
 /* Process worlds only: every rank passes a file descriptor (or -1 where its own part failed) and
  * gets every peer's, received over Unix-domain sockets (SCM_RIGHTS): all[r] is a new descriptor
  * of rank r's (the caller closes it), all[rank] = -1, and -1 where rank r passed -1. Collective,

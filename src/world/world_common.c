@@ -261,6 +261,45 @@ agmm_status agmm_host_exchange_fds(agmm_ctx *ctx, int mine, int *all)
     return settle(ctx, ctx->world->host->exchange_fds(ctx, next_tag(ctx, 1), mine, all));
 }
 
+agmm_status agmm_ctx_busy_begin(agmm_ctx *ctx, const char *what)
+{
+    if (ctx == NULL)
+        return AGMM_ERR_INVALID_ARG;
+    /* Only the outermost spell is shown: the peers need to know that it is busy, not how deeply. */
+    if (ctx->busy_depth++ == 0 && ctx->world->host->busy)
+        ctx->world->host->busy(ctx, 1, what ? what : "");
+    return AGMM_SUCCESS;
+}
+
+agmm_status agmm_ctx_busy_end(agmm_ctx *ctx)
+{
+    if (ctx == NULL)
+        return AGMM_ERR_INVALID_ARG;
+    if (ctx->busy_depth == 0)
+        return AGMM_FAIL(&ctx->err, AGMM_ERR_INVALID_ARG,
+                         "rank %d: agmm_ctx_busy_end without an agmm_ctx_busy_begin", ctx->info.rank);
+    if (--ctx->busy_depth == 0 && ctx->world->host->busy)
+        ctx->world->host->busy(ctx, 0, NULL);
+    return AGMM_SUCCESS;
+}
+
+void agmm_world_note_gone(agmm_ctx *ctx)
+{
+    const agmm_host_ops *host = ctx->world->host;
+    if (ctx->err.status != AGMM_ERR_TIMEOUT || host == NULL || host->peer_gone == NULL)
+        return;
+    char facts[AGMM_ERROR_LEN] = "";
+    size_t used = 0;
+    for (int p = 0; p < ctx->info.nranks; p++) {
+        char why[160];
+        if (host->peer_gone(ctx->world, p, why, sizeof why))
+            used += agmm_format(facts + used, sizeof facts - used, "; %s", why);
+    }
+    size_t have = strlen(ctx->err.msg);
+    if (used)
+        agmm_format(ctx->err.msg + have, sizeof ctx->err.msg - have, "%s", facts);
+}
+
 agmm_status agmm_host_agree(agmm_ctx *ctx, agmm_status mine)
 {
     typedef struct {

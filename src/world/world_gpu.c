@@ -429,16 +429,20 @@ agmm_status agmm_gpu_check_dev_error(agmm_ctx *ctx)
     if (e->code == AGMM_DEV_OK)
         return AGMM_SUCCESS;
     if (e->wait == AGMM_WAIT_CHUNK)
-        return AGMM_FAIL(&ctx->err, AGMM_ERR_TIMEOUT,
-                         "rank %d: timed out after %.3g s waiting for chunk %d of the gathered A (rank %d's rows; "
-                         "epoch %u, flag read %u): its copy never landed",
-                         (int)e->rank, ctx->info.timeout_s, (int)e->chunk, (int)e->peer, (unsigned)e->epoch,
-                         (unsigned)e->seen);
-    return AGMM_FAIL(&ctx->err, AGMM_ERR_TIMEOUT,
-                     "rank %d: timed out after %.3g s in %s waiting for rank %d (epoch %u, last saw %u): the "
-                     "peer never arrived",
-                     (int)e->rank, ctx->info.timeout_s, wait_name(e->wait), (int)e->peer, (unsigned)e->epoch,
-                     (unsigned)e->seen);
+        AGMM_FAIL(&ctx->err, AGMM_ERR_TIMEOUT,
+                  "rank %d: timed out after %.3g s waiting for chunk %d of the gathered A (rank %d's rows; epoch %u, "
+                  "flag read %u): its copy never landed",
+                  (int)e->rank, ctx->info.timeout_s, (int)e->chunk, (int)e->peer, (unsigned)e->epoch,
+                  (unsigned)e->seen);
+    else
+        AGMM_FAIL(&ctx->err, AGMM_ERR_TIMEOUT,
+                  "rank %d: timed out after %.3g s in %s waiting for rank %d (epoch %u, last saw %u): the peer never "
+                  "arrived",
+                  (int)e->rank, ctx->info.timeout_s, wait_name(e->wait), (int)e->peer, (unsigned)e->epoch,
+                  (unsigned)e->seen);
+    /* A peer process that died is named as dead, not only as late. */
+    agmm_world_note_gone(ctx);
+    return AGMM_ERR_TIMEOUT;
 }
 
 agmm_status agmm_gpu_rank_sync(agmm_ctx *ctx)

@@ -23,6 +23,16 @@ typedef struct {
     /* After a failed collective: tells the peers (where they can be told) that this rank gives
      * up on the world, with the reason, so that they fail at once instead of waiting for it. */
     void (*abandon)(agmm_world *world, const agmm_error *why);
+    /* Shows the peers that this rank is busy with work of its own (busy = 1, with what it does)
+     * or no longer (busy = 0): their waits for it in these collectives drop the bound while it is
+     * busy and start a whole one when it ends (world.h, agmm_ctx_busy_begin). Local. NULL where
+     * peers cannot see it (across hosts). */
+    void (*busy)(agmm_ctx *ctx, int busy, const char *what);
+    /* Whether peer `rank` is known to have died (its process exited without leaving the world),
+     * with the fact in `why` ("rank 2 (pid 1234) has exited without leaving the world: killed or
+     * crashed"); 0 while it may be alive, or if it left. NULL where nothing tells (threads die
+     * with the process; across hosts). */
+    int (*peer_gone)(const agmm_world *world, int rank, char *why, size_t len);
     void (*fini)(agmm_world *world);
 } agmm_host_ops;
 
@@ -58,6 +68,7 @@ struct agmm_ctx {
     agmm_error err;
     agmm_error out_of_step;    /* set when a run failed after the ranks' epochs moved: sticky */
     uint32_t host_seq;         /* host collectives this rank has entered */
+    int busy_depth;            /* agmm_ctx_busy_begin calls not yet ended */
     struct agmm_gpu_rank *gpu; /* NULL in the CPU world */
     void *symm;                /* the symmetric-memory layer's per-rank state */
     void *api;                 /* the API layer's per-rank state */

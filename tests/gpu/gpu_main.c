@@ -1,6 +1,8 @@
 /* agmm-gputest: the GPU tests. Without a visible GPU it says so loudly and exits 0 with the
  * summary line, so CI machines without GPUs pass through. `agmm-gputest [filter]` runs the cases
- * whose name contains filter; `agmm-gputest sanitize` the small subset for compute-sanitizer. */
+ * whose name contains filter; `agmm-gputest sanitize TOOL` the small subset for compute-sanitizer
+ * TOOL (sanitize.c), `agmm-gputest sanitize-plan` prints what that subset runs under each tool
+ * (no GPU needed). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,12 +64,27 @@ static const agmm_test_case cases[] = {
     {"nccl_sync_timeout", test_nccl_sync_timeout}, /* last: it aborts a communicator */
 };
 
-/* `agmm-gputest sanitize` runs this alone: small shapes of every kernel and backend, for
- * compute-sanitizer (bench/gpu_run.sh). It is no part of the full run, which covers it. */
-static const agmm_test_case sanitize_case[] = {{"sanitize", test_sanitize}};
+/* `agmm-gputest sanitize TOOL` runs this alone: small shapes of every kernel and backend, for
+ * compute-sanitizer (bench/sanitize.sh). It is no part of the full run, which covers it. */
+static const char *sanitize_tool;
+static void sanitize(void) { test_sanitize(sanitize_tool); }
+static const agmm_test_case sanitize_case[] = {{"sanitize", sanitize}};
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "sanitize-plan") == 0) {
+        sanitize_plan_print(stdout);
+        return 0;
+    }
+    if (argc > 1 && strcmp(argv[1], "sanitize") == 0) {
+        sanitize_tool = argc > 2 ? argv[2] : NULL;
+        if (sanitize_tool && !sanitize_known_tool(sanitize_tool)) {
+            fprintf(stderr, "agmm-gputest: sanitize %s: the tool must be memcheck, racecheck, synccheck or "
+                            "initcheck (or none: every group at every W)\n",
+                    sanitize_tool);
+            return 2;
+        }
+    }
     /* Before the first CUDA call: the emulated worlds here share one GPU, and a kernel loaded
      * lazily at its first launch waits for the whole context, where a peer's kernel may be
      * spinning until this rank arrives (world_gpu.c sets the same, but CUDA starts right below). */

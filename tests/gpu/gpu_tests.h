@@ -5,6 +5,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <cuda_runtime_api.h>
 
@@ -53,7 +54,7 @@ void test_gemm_engine_pull(void);
 void test_ar_norm_gpu(void);
 void test_ar_norm_graph(void);
 void test_ar_norm_timeout(void);
-void test_ar_norm_small(void);    /* for test_sanitize: W = 1 and 2, two small cases */
+void test_ar_norm_small(int nranks); /* for test_sanitize: two small cases at W = nranks */
 /* Timing at W = 1 of ce against nccl on the seed shapes; runs only with AGMM_GPUTEST_PERF=1. */
 void test_ag_matmul_perf_w1(void);
 
@@ -178,14 +179,21 @@ void test_graph_emulated(void);
  * device delay; one plan run on two streams alternately, with no ordering by the caller. */
 void test_steps_back_to_back(void);
 void test_steps_two_streams(void);
-/* A small subset of every kernel and backend for compute-sanitizer (bench/gpu_run.sh): graphs,
- * steps and two streams on few steps, the GEMM engine's configs, the pad barrier and flags,
- * all_reduce_rmsnorm's kernels (test_ar_norm_small). */
-void test_sanitize(void);
+/* sanitize.c: a small subset of every kernel and backend for compute-sanitizer TOOL (memcheck,
+ * racecheck, synccheck, initcheck; NULL: no tool) in groups, each group's emulated worlds at W = 1
+ * where the tool cannot run them (bench/sanitize.sh); the plan of every tool as markdown. */
+void test_sanitize(const char *tool);
+int sanitize_known_tool(const char *tool);
+void sanitize_plan_print(FILE *f);
 /* Pieces of it from the other files. */
 void test_gemm_engine_small(void);    /* test_gemm_engine.c: every config on a small shape */
-void test_world_small(void);          /* test_world.c: heap, peer reads, barriers at W = 2 */
-void graph_cases(int nranks, int nsteps, int replays, int spread);
-void steps_cases(int nranks, int nsteps, int two_streams, int spread);
+void test_world_small(int nranks);    /* test_world.c: heap, peer reads, barriers at W = nranks */
+/* The step cases of a world of cases_of ranks (its backends, as gpu_step_cases) to run in world w;
+ * with only_new, and cases_of not w's size, without those w's own cases hold (the caller runs
+ * those anyway). graph_cases and steps_cases run the cases of a world of cases_of ranks in one of
+ * nranks (test_graph.c, test_steps.c: their own tests pass cases_of = nranks, only_new = 0). */
+int gpu_step_cases_of(const agmm_world *w, int cases_of, int only_new, int spread, step_case *out, int max);
+void graph_cases(int nranks, int cases_of, int only_new, int nsteps, int replays, int spread);
+void steps_cases(int nranks, int cases_of, int only_new, int nsteps, int two_streams, int spread);
 
 #endif

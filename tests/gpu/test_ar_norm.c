@@ -413,11 +413,7 @@ void test_ar_norm_gpu(void)
     }
 }
 
-void test_ar_norm_small(void)
-{
-    correctness(1, 1);
-    correctness(2, 1);
-}
+void test_ar_norm_small(int nranks) { correctness(nranks, 1); }
 
 void test_ar_norm_graph(void)
 {

@@ -109,13 +109,13 @@ static agmm_status steps_rank(agmm_ctx *ctx, void *arg)
     return AGMM_SUCCESS;
 }
 
-void steps_cases(int nranks, int steps, int two_streams, int spread)
+void steps_cases(int nranks, int cases_of, int only_new, int steps, int two_streams, int spread)
 {
     agmm_world *w = gpu_step_world(nranks);
     if (w == NULL)
         return;
     step_case cases[64];
-    const int ncases = gpu_step_cases(w, spread, cases, 64);
+    const int ncases = gpu_step_cases_of(w, cases_of, only_new, spread, cases, 64);
     for (int c = 0; c < ncases; c++) {
         const step_case *sc = &cases[c];
         steps_job *j = calloc(1, sizeof *j);
@@ -138,27 +138,13 @@ void steps_cases(int nranks, int steps, int two_streams, int spread)
 
 void test_steps_back_to_back(void)
 {
-    steps_cases(1, 200, 0, 0);
-    steps_cases(4, 200, 0, 0);
+    steps_cases(1, 1, 0, 200, 0, 0);
+    steps_cases(4, 4, 0, 200, 0, 0);
 }
 
 void test_steps_two_streams(void)
 {
-    steps_cases(1, 40, 1, 0);
-    steps_cases(2, 40, 1, 0);
-    steps_cases(4, 40, 1, 0);
-}
-
-/* Few steps, and each shape of an operation on one of its backends (every backend runs). */
-void test_sanitize(void)
-{
-    test_world_small();
-    test_gemm_engine_small();
-    test_ar_norm_small();
-    graph_cases(1, 2, 2, 1);
-    graph_cases(2, 2, 2, 1);
-    graph_cases(4, 2, 2, 1);
-    steps_cases(1, 4, 0, 1);
-    steps_cases(4, 4, 0, 1);
-    steps_cases(2, 4, 1, 1);
+    steps_cases(1, 1, 0, 40, 1, 0);
+    steps_cases(2, 2, 0, 40, 1, 0);
+    steps_cases(4, 4, 0, 40, 1, 0);
 }

@@ -240,12 +240,16 @@ void test_world_emulated(void)
                "emulated world without nranks is refused: %s", err);
 }
 
-/* For compute-sanitizer: the heap, peer reads and barrier rounds at W = 2 (the pad barrier and
- * peek kernels), and a chunk flag raised and waited for by the single-thread signal kernels that
- * stand in where the driver lacks stream memory operations. */
-void test_world_small(void)
+/* For compute-sanitizer: the heap, peer reads and barrier rounds at W = nranks (the pad barrier and
+ * peek kernels; an emulated world, or the GPU world at W = 1), and a chunk flag raised and waited
+ * for by the single-thread signal kernels that stand in where the driver lacks stream memory
+ * operations. */
+void test_world_small(int nranks)
 {
-    heap_world(AGMM_WORLD_EMULATED, 2, 0);
+    if (nranks == 1)
+        heap_world(AGMM_WORLD_GPU, 1, 1);
+    else
+        heap_world(AGMM_WORLD_EMULATED, nranks, 0);
     uint32_t *flag = NULL, got = 0;
     agmm_dev_error *err_h = NULL, *err_d = NULL;
     cudaStream_t s = NULL;
