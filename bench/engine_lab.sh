@@ -9,7 +9,14 @@
 # Takes BUILD_DIR/gemm-lab and BUILD_DIR/agmm-gputest as built (carry them over), or builds them
 # where they are missing and nvcc exists. Writes at most 6 files under $OUT: gputest.log,
 # lab.log, lab.csv, torch.log, torch.csv, ratio.md. Environment: LAB_ARGS (extra gemm-lab
-# options, e.g. "--reps 10"), CONFIGS (default "all").
+# options, e.g. "--reps 10"), CONFIGS (default "all"), SHAPE_ARGS (gemm-lab's shape options for
+# the list every step runs, e.g. "--w 1,8": the seed shapes at W = 1 and 8 and the model shapes;
+# default: all 130), and AGMM_GEMM_QUICK=1 (the GPU tests' odd shapes, hooks and pull mode under
+# every config, without the large shapes the policy picks for).
+#
+# The ping-pong consumers against the configs the measured table picks, in about 2 minutes:
+#   OUT=dir AGMM_GEMM_QUICK=1 SHAPE_ARGS="--w 1,8" CONFIGS=-1,0,1,2,5,6,7,8,9,10,11,12,13 \
+#       LAB_ARGS="--reps 10" bench/engine_lab.sh build
 set -u -o pipefail
 BUILD=${1:-build}
 OUT=${OUT:-$PWD/out}
@@ -40,7 +47,8 @@ step() { # step SECONDS LOG command...: one bounded step, its output appended to
 
 SHAPES=$(mktemp)
 trap 'rm -f "$SHAPES"' EXIT
-"$BUILD/gemm-lab" --list-shapes >"$SHAPES" || { echo "gemm-lab --list-shapes failed"; exit 1; }
+# shellcheck disable=SC2086
+"$BUILD/gemm-lab" --list-shapes ${SHAPE_ARGS:-} >"$SHAPES" || { echo "gemm-lab --list-shapes failed"; exit 1; }
 
 step 120 "$OUT/gputest.log" "$BUILD/agmm-gputest" gemm_engine
 tail -3 "$OUT/gputest.log"

@@ -17,7 +17,8 @@ Hot loops, found from the backward branches of each kernel:
   producer   the producer's K loop (the innermost loop with a TMA load and an mbarrier wait)
   tile       the consumers' unit loop (the innermost loop with HGMMA and the epilogue's global
              stores): mainloop plus epilogue
-A count marked '=' has the same instructions as the old one, registers and addresses aside.
+A count marked '=' has the same instructions as the old one, registers and addresses aside; a
+kernel only the new build has (a config added since) shows its own numbers, marked 'new'.
 --diff 128x256x64/s4 prints the old and new K step of that config side by side (B column-major,
 plain source)."""
 import argparse
@@ -31,9 +32,10 @@ FN = re.compile(r'Function : (\S+)')
 INS = re.compile(r'/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;')
 RES_FN = re.compile(r'Function (\S+):')
 RES = re.compile(r'REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)')
-# gemm_ws_kernel<BM, BN, STAGES, WGN, B_MN, CL, SK> (before the split) or
-# gemm_ws_kernel<gemm_cfg<BM, BN, STAGES, WGN, B_MN, CL, SK>, a_SOURCE<...>, ...> (after).
-CFG = re.compile(r'gemm_ws_kernelI(?:8gemm_cfgI)?' + r'ELi'.join([r'Li(\d+)'] + [r'(\d+)'] * 6) + r'E')
+# gemm_ws_kernel<BM, BN, STAGES, WGN, B_MN, CL, SK> (before the split),
+# gemm_ws_kernel<gemm_cfg<BM, BN, STAGES, WGN, B_MN, CL, SK>, a_SOURCE<...>, ...> (after), and
+# gemm_cfg<..., SK, PP> since the ping-pong consumers (PP 0 where absent).
+CFG = re.compile(r'gemm_ws_kernelI(?:8gemm_cfgI)?' + r'ELi'.join([r'Li(\d+)'] + [r'(\d+)'] * 6) + r'E(?:Li(\d+)E)?')
 SRC = re.compile(r'\d+(a_\w+?)IS')
 
 
@@ -42,7 +44,7 @@ def run(args):
 
 
 def kernels(objs):
-    """{(bm, bn, stages, wgn, b_mn, cl, sk): {source: (instructions, (regs, stack, local))}}"""
+    """{(bm, bn, stages, wgn, b_mn, cl, sk, pp): {source: (instructions, (regs, stack, local))}}"""
     out = collections.defaultdict(dict)
     for obj in objs:
         res, cur = {}, None
@@ -68,7 +70,7 @@ def kernels(objs):
             if not m:
                 continue
             s = SRC.search(name[m.end():])
-            out[tuple(int(x) for x in m.groups())][s.group(1)[2:] if s else 'any'] = (ins, res.get(name))
+            out[tuple(int(x or 0) for x in m.groups())][s.group(1)[2:] if s else 'any'] = (ins, res.get(name))
     return out
 
 
@@ -116,6 +118,11 @@ def count(ins):
     return sum(1 for _, t in ins if opcode(t) != 'NOP')
 
 
+def cfg_name(key):
+    bm, bn, st, wgn, b_mn, cl, sk, pp = key
+    return '%dx%dx64/s%d%s%s%s' % (bm, bn, st, '/c2' if cl == 2 else '', '/sk' if sk else '', '/pp' if pp else '')
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--old', nargs='+', required=True)
@@ -124,8 +131,7 @@ def main():
     a = ap.parse_args()
     old, new = kernels(a.old), kernels(a.new)
     if a.diff:
-        key = next((k for k in old if '%dx%dx64/s%d' % k[:3] + ('/c2' if k[5] == 2 else '') +
-                    ('/sk' if k[6] else '') == a.diff and k[4] == 0), None)
+        key = next((k for k in old if cfg_name(k) == a.diff and k[4] == 0), None)
         if key is None or key not in new:
             sys.exit('no kernel for ' + a.diff)
         o = old[key].get('any') or old[key].get('plain')
@@ -136,12 +142,15 @@ def main():
     print('| config | B | source | regs | stack | local | instructions | K step | producer K loop | tile loop |')
     print('|---|---|---|---|---|---|---|---|---|---|')
     for key in sorted(new):
-        bm, bn, st, wgn, b_mn, cl, sk = key
-        name = '%dx%d/s%d%s%s' % (bm, bn, st, '/c2' if cl == 2 else '', '/sk' if sk else '')
+        name, b_mn = cfg_name(key).replace('x64/', '/'), key[4]
         for src, (ins, res) in sorted(new[key].items()):
             base = old.get(key, {})
             o = base.get(src) or base.get('any')
-            if not o:
+            if not o:  # a kernel the old build does not have: the new one's numbers alone
+                nh = hot(ins)
+                print('| %s | %s | %s | new %d | new %d | new %d | new %d | new %d | new %d | new %d |' % (
+                    name, 'row' if b_mn else 'col', src, res[0], res[1], res[2], count(ins), count(nh[0]),
+                    count(nh[1]), count(nh[2])))
                 continue
             oh, nh = hot(o[0]), hot(ins)
             cell = lambda x, y: '%d -> %d%s' % (count(x), count(y), ' =' if x and norm(x) == norm(y) else '')

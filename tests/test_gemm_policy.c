@@ -1,7 +1,9 @@
 /* The GEMM engine's config policy (src/kernels/gemm/policy.h), without a GPU:
  *   table     every config is one the kernels can be: whole 64 x 64 blocks per consumer, multicast
- *             pairs only on 128-row tiles, names unique and found by name; out of range refused; the
- *             whole-tile twin of each config (scatter mode's) and the tile count of a grid
+ *             pairs only on 128-row tiles, ping-pong only as config.cuh allows it (no cluster or
+ *             split tail, a whole tile of at most 128 accumulators per thread, named /pp), names
+ *             unique and found by name; out of range refused; the whole-tile twin of each config
+ *             (scatter mode's) and the tile count of a grid
  *   measured  every name of the measured table is a config; each measured shape picks its own
  *             config, a shape near one picks it, a far one or a partial GPU picks none
  *   model     the cost model's picks on shapes whose answer is worked out by hand (small GEMMs get
@@ -33,10 +35,13 @@ void test_gemm_policy_table(void)
     char first[160] = "";
     for (int c = 0; c < n; c++) {
         const agmm_gemm_config *tc = agmm_gemm_config_at(c);
-        const int wm = tc->wgn == 1 ? tc->bm / 2 : tc->bm, wn = tc->bn / tc->wgn;
+        /* A consumer's part: half the tile (cooperative) or all of it (ping-pong). */
+        const int wm = tc->pp ? tc->bm : tc->wgn == 1 ? tc->bm / 2 : tc->bm, wn = tc->pp ? tc->bn : tc->bn / tc->wgn;
         const int ok = (tc->wgn == 1 || tc->wgn == 2) && wm % 64 == 0 && wn % 64 == 0 && tc->stages >= 2 &&
                        (tc->cluster == 1 || (tc->cluster == 2 && tc->bm == 128 && tc->wgn == 1 && tc->bn % 128 == 0 &&
                                              !tc->sk)) &&
+                       (tc->pp == 0 || (tc->pp == 1 && tc->wgn == 1 && tc->cluster == 1 && !tc->sk &&
+                                        wm * wn / 128 <= 128 && strstr(tc->name, "/pp"))) &&
                        tc->eff > 0 && tc->eff <= 1 && agmm_gemm_config_find(tc->name) == c &&
                        !strcmp(agmm_gemm_config_name(c), tc->name);
         picks += tc->pick && tc->cluster == 1;
@@ -45,6 +50,7 @@ void test_gemm_policy_table(void)
     }
     agmm_check(n >= 1 && bad == 0 && picks >= 1,
                "gemm policy: %d configs, each with whole 64x64 blocks per consumer, multicast only on 128-row tiles, "
+               "ping-pong (/pp) only without cluster or split tail and with at most 128 accumulators per thread, "
                "a unique name found by agmm_gemm_config_find; %d the model may pick%s",
                n, picks, first);
     agmm_check(!agmm_gemm_config_at(-1) && !agmm_gemm_config_at(n) && !strcmp(agmm_gemm_config_name(n), "?") &&
@@ -56,7 +62,7 @@ void test_gemm_policy_table(void)
     for (int c = 0; c < n; c++) {
         const agmm_gemm_config *tc = agmm_gemm_config_at(c), *w = agmm_gemm_config_at(agmm_gemm_whole_tiles(c));
         sk += tc->sk;
-        wrong += !w || w->sk || w->bm != tc->bm || w->bn != tc->bn || w->stages != tc->stages ||
+        wrong += !w || w->sk || w->bm != tc->bm || w->bn != tc->bn || w->stages != tc->stages || w->pp != tc->pp ||
                  (!tc->sk && agmm_gemm_whole_tiles(c) != c) ||
                  agmm_gemm_grid_tiles(c, 1000, 520) != (1000 + tc->bm - 1) / tc->bm * ((520 + tc->bn - 1) / tc->bn);
     }

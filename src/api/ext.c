@@ -60,7 +60,7 @@ agmm_status agmm_ext_gemm_create(agmm_ext_gemm **out, agmm_ctx *ctx, agmm_ext_ge
 #ifdef AGMM_HAVE_CUDA
     else if (kind == AGMM_EXT_GEMM_LIBRARY) {
         st = agmm_gemm_lt_create(&g->lt, agmm_ctx_gpu(ctx)->lt, rows, n, k, layout, 16, AGMM_GEMM_LT_WORKSPACE_BYTES,
-                                 &g->err);
+                                 agmm_ctx_info(ctx)->ranks_on_device > 1, &g->err);
         if (st == AGMM_SUCCESS && cudaMalloc(&g->workspace, AGMM_GEMM_LT_WORKSPACE_BYTES) != cudaSuccess)
             st = AGMM_FAIL(&g->err, AGMM_ERR_NO_MEMORY, "cuBLASLt workspace of %zu bytes",
                            (size_t)AGMM_GEMM_LT_WORKSPACE_BYTES);

@@ -23,9 +23,60 @@ unsigned agmm_gemm_lt_align(uint64_t bytes)
     return a;
 }
 
+/* CTAs per cluster of an algorithm's cluster shape (cublasLt.h's CUBLASLT_CLUSTER_SHAPE_*): 1 or
+ * 2 for the shapes named here, 0 for any other (AUTO included: unknown, so not known small). */
+static int cluster_ctas(const cublasLtMatmulAlgo_t *algo)
+{
+    uint16_t id = 0;
+    size_t written = 0;
+    if (cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &id, sizeof id, &written) !=
+            CUBLAS_STATUS_SUCCESS ||
+        written != sizeof id)
+        return 0;
+    switch (id) {
+    case CUBLASLT_CLUSTER_SHAPE_1x1x1: return 1;
+    case CUBLASLT_CLUSTER_SHAPE_2x1x1:
+    case CUBLASLT_CLUSTER_SHAPE_1x2x1: return 2;
+    default: return 0;
+    }
+}
+
+/* The algorithm to run: the heuristic's first result; with shared_device (gemm_lt.h says why) the
+ * first whose clusters are known to be at most 2 CTAs, else the first with its cluster shape
+ * forced to 1x1x1 where cuBLASLt accepts that, else the first as it is. 0, or -1 when the
+ * heuristic found nothing. */
+static int pick_algo(const agmm_gemm_lt *g, const cublasLtMatmulHeuristicResult_t *res, int found,
+                     int shared_device, cublasLtMatmulAlgo_t *algo)
+{
+    int first = -1;
+    for (int i = 0; i < found && first < 0; i++)
+        if (res[i].state == CUBLAS_STATUS_SUCCESS)
+            first = i;
+    if (first < 0)
+        return -1;
+    *algo = res[first].algo;
+    if (!shared_device)
+        return 0;
+    for (int i = first; i < found; i++)
+        if (res[i].state == CUBLAS_STATUS_SUCCESS && cluster_ctas(&res[i].algo) > 0) {
+            *algo = res[i].algo;
+            return 0;
+        }
+    cublasLtMatmulAlgo_t one = res[first].algo;
+    const uint16_t id = CUBLASLT_CLUSTER_SHAPE_1x1x1;
+    cublasLtMatmulHeuristicResult_t check;
+    if (cublasLtMatmulAlgoConfigSetAttribute(&one, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &id, sizeof id) ==
+            CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulAlgoCheck(g->lt, g->desc, g->lay_b, g->lay_a, g->lay_c, g->lay_c, &one, &check) ==
+            CUBLAS_STATUS_SUCCESS &&
+        check.workspaceSize <= g->workspace_bytes)
+        *algo = one;
+    return 0;
+}
+
 agmm_status agmm_gemm_lt_create(agmm_gemm_lt **out, cublasLtHandle_t lt, int64_t rows, int64_t n, int64_t k,
                                 agmm_layout b_layout, unsigned align_bytes, size_t workspace_bytes,
-                                agmm_error *err)
+                                int shared_device, agmm_error *err)
 {
     agmm_status st = AGMM_SUCCESS;
     cublasLtMatmulPreference_t pref = NULL;
@@ -63,12 +114,12 @@ agmm_status agmm_gemm_lt_create(agmm_gemm_lt **out, cublasLtHandle_t lt, int64_t
                                                               &align_ac, sizeof align_ac));
     AGMM_LT_TRY(st, err, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                               &align_ac, sizeof align_ac));
-    cublasLtMatmulHeuristicResult_t res;
+    cublasLtMatmulHeuristicResult_t res[8];
     int found = 0;
     AGMM_LT_TRY(st, err,
-                cublasLtMatmulAlgoGetHeuristic(lt, g->desc, g->lay_b, g->lay_a, g->lay_c, g->lay_c, pref, 1, &res,
-                                               &found));
-    if (found < 1 || res.state != CUBLAS_STATUS_SUCCESS) {
+                cublasLtMatmulAlgoGetHeuristic(lt, g->desc, g->lay_b, g->lay_a, g->lay_c, g->lay_c, pref,
+                                               shared_device ? 8 : 1, res, &found));
+    if (pick_algo(g, res, found, shared_device, &g->algo) < 0) {
         st = AGMM_FAIL(err, AGMM_ERR_CUBLAS,
                        "cuBLASLt has no bf16 algorithm for C(%lld x %lld) = A(%lld x %lld) * B (%s, %u-byte aligned "
                        "A/C pointers)",
@@ -76,7 +127,6 @@ agmm_status agmm_gemm_lt_create(agmm_gemm_lt **out, cublasLtHandle_t lt, int64_t
                        b_layout == AGMM_LAYOUT_COL_MAJOR ? "column-major" : "row-major", align_bytes);
         goto fail;
     }
-    g->algo = res.algo;
     cublasLtMatmulPreferenceDestroy(pref);
     *out = g;
     return AGMM_SUCCESS;

@@ -23,10 +23,16 @@ typedef struct agmm_gemm_lt agmm_gemm_lt;
 
 /* Plans one GEMM shape. align_bytes (a power of two, 2..16) is the alignment every A and C
  * pointer given to run will have; B pointers must be 16-byte aligned. workspace_bytes is the
- * size of the workspace run will get. Statuses: AGMM_ERR_CUBLAS (incl. no algorithm found). */
+ * size of the workspace run will get. shared_device: ranks share this GPU (an emulated world),
+ * so the GEMM may be launched while peers' kernels spin on SMs waiting for this rank; then an
+ * algorithm whose CTAs come in clusters of more than 2 is avoided where cuBLASLt offers another:
+ * such a cluster needs that many free SMs in one GPC, which peers' spinning blocks, spread over
+ * every GPC, can deny for good (seen on the H200: cuBLAS's 8-CTA clusters at 512^3 never started
+ * under 3 peers' all-reduce blocks, a timeout). Statuses: AGMM_ERR_CUBLAS (incl. no algorithm
+ * found). */
 agmm_status agmm_gemm_lt_create(agmm_gemm_lt **out, cublasLtHandle_t lt, int64_t rows, int64_t n, int64_t k,
                                 agmm_layout b_layout, unsigned align_bytes, size_t workspace_bytes,
-                                agmm_error *err);
+                                int shared_device, agmm_error *err);
 /* Enqueues the product on stream. workspace: device memory of the planned size, used by one
  * stream at a time. */
 agmm_status agmm_gemm_lt_run(const agmm_gemm_lt *g, const void *a, const void *b, void *c, void *workspace,

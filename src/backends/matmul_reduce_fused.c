@@ -51,7 +51,8 @@
  *
  * GPU: the GEMM engine (src/kernels/gemm/) with its scatter epilogue (epi_scatter.cuh): the
  * epilogue of every consumer warp stores, signals (ARRIVALS = 8: each of a tile's 8 consumer warps
- * adds 1 after its own stores), waits and sums as above; the deferred tiles, the closing and the
+ * adds 1 after its own stores; 4 in a ping-pong config, where one warpgroup stores a whole tile),
+ * waits and sums as above; the deferred tiles, the closing and the
  * epoch are in its finish() (the last warp of the grid advances the plan's epoch word). SMs: the
  * waits are for peers' kernels only; with its own GPU the GEMM takes every SM; where ranks share
  * one each takes at most SMs/ranks - 1, so every rank's GEMM finds SMs while others wait. All ranks
@@ -429,23 +430,22 @@ static agmm_status agreed_grid(agmm_plan *plan, const agmm_mr_shape *s, int *con
     return st;
 }
 
-static agmm_status gpu_create(agmm_plan *plan)
+/* The engine plan of tile config `config` (-1: rank 0's policy choice) and, with W > 1, the signals
+ * its tile grid needs. Collective. */
+static agmm_status gpu_engine(agmm_plan *plan, fused_gpu *x, int config)
 {
     agmm_status st = AGMM_SUCCESS;
     agmm_ctx *ctx = plan->ctx;
-    agmm_error *err = agmm_ctx_err(ctx);
     const agmm_gpu_rank *gr = agmm_ctx_gpu(ctx);
     const fused_geom g = geom_of(plan);
-    fused_gpu *x = calloc(1, sizeof *x);
-    if (x == NULL)
-        return AGMM_FAIL(err, AGMM_ERR_NO_MEMORY, "rank %d: plan state allocation failed", g.s.rank);
-    plan->state = x;
     agmm_gemm_desc d = {.b_layout = g.s.layout, .m = g.s.m, .n = g.s.n, .k = g.s.k, .nranks = 1, .rank = 0,
-                        .splits = 1, .max_ctas = gemm_ctas(ctx), .config = -1};
+                        .splits = 1, .max_ctas = gemm_ctas(ctx), .config = config};
     if (g.s.nranks > 1) {
         /* W > 1: the scatter epilogue over the plan's slots and signals. */
-        AGMM_TRY(st, agreed_grid(plan, &g.s, &d.config, &d.max_ctas));
-        AGMM_TRY(st, agmm_symm_alloc(ctx, (size_t)g.s.nranks * g.slot_bytes, &x->slots));
+        int agreed = -1;
+        AGMM_TRY(st, agreed_grid(plan, &g.s, &agreed, &d.max_ctas));
+        if (config < 0)
+            d.config = agreed;
         AGMM_TRY(st, agmm_symm_alloc(ctx, signal_bytes(agmm_gemm_grid_tiles(d.config, g.s.m, g.s.n), g.s.nranks),
                                      &x->signals));
         d.nranks = g.s.nranks;
@@ -457,7 +457,23 @@ static agmm_status gpu_create(agmm_plan *plan)
                                         .slot_bytes = g.slot_bytes};
     }
     /* W = 1: a plain GEMM of all rows into the output. */
-    AGMM_TRY(st, agmm_gemm_plan_create(&x->gemm, &d, err));
+    AGMM_TRY(st, agmm_gemm_plan_create(&x->gemm, &d, agmm_ctx_err(ctx)));
+fail:
+    return st;
+}
+
+static agmm_status gpu_create(agmm_plan *plan)
+{
+    agmm_status st = AGMM_SUCCESS;
+    agmm_ctx *ctx = plan->ctx;
+    const fused_geom g = geom_of(plan);
+    fused_gpu *x = calloc(1, sizeof *x);
+    if (x == NULL)
+        return AGMM_FAIL(agmm_ctx_err(ctx), AGMM_ERR_NO_MEMORY, "rank %d: plan state allocation failed", g.s.rank);
+    plan->state = x;
+    if (g.s.nranks > 1)
+        AGMM_TRY(st, agmm_symm_alloc(ctx, (size_t)g.s.nranks * g.slot_bytes, &x->slots));
+    AGMM_TRY(st, gpu_engine(plan, x, -1));
     /* Everyone leaves plan time together: a rank's first run must not meet a peer still in
      * cudaMalloc, which may synchronise a shared device. */
     AGMM_TRY(st, agmm_host_barrier(ctx));
@@ -472,6 +488,10 @@ static agmm_status gpu_run(agmm_plan *plan, const void *vio, void *stream)
     const agmm_mr_io io = agmm_mr_io_of(plan, vio);
     cudaStream_t s = (cudaStream_t)stream;
     agmm_error *err = agmm_ctx_err(plan->ctx);
+    if (x->gemm == NULL)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
+                         "%s: the plan has no GEMM engine plan (agmm_mr_fused_set_gemm_config failed): destroy it",
+                         geom_of(plan).what);
     /* A reduce-scatter rank with no rows may pass out = NULL: the engine never writes c then, but
      * wants one. */
     void *out = io.out ? (void *)io.out : x->slots->local;
@@ -533,4 +553,29 @@ agmm_status agmm_mr_fused_set_delay(agmm_plan *plan, int64_t gemm_delay_ns, int6
     agmm_gemm_plan_set_delay(((fused_gpu *)plan->state)->gemm, (uint64_t)gemm_delay_ns);
 #endif
     return AGMM_SUCCESS;
+}
+
+agmm_status agmm_mr_fused_set_gemm_config(agmm_plan *plan, int config)
+{
+    if (plan == NULL)
+        return AGMM_ERR_INVALID_ARG;
+#ifdef AGMM_HAVE_CUDA
+    if (plan->impl == &agmm_mr_fused_gpu && plan->state != NULL) {
+        fused_gpu *x = plan->state;
+        agmm_status st = agmm_host_barrier(plan->ctx); /* every rank is between runs */
+        agmm_gemm_plan_destroy(x->gemm);
+        x->gemm = NULL;
+        agmm_symm_free(plan->ctx, x->signals);
+        x->signals = NULL;
+        if (st == AGMM_SUCCESS)
+            st = gpu_engine(plan, x, config); /* the engine names a refused config */
+        if (st == AGMM_SUCCESS)
+            st = agmm_host_barrier(plan->ctx);
+        return st;
+    }
+#endif
+    return AGMM_FAIL(agmm_ctx_err(plan->ctx), AGMM_ERR_UNSUPPORTED,
+                     "plan runs %s/%s%s: only a GPU fused row-parallel plan has a GEMM engine to give config=%d",
+                     agmm_op_name(plan->op), plan->backend->name,
+                     plan->impl == &agmm_mr_fused_cpu ? " in the CPU world" : "", config);
 }

@@ -24,4 +24,12 @@ extern const agmm_backend_impl agmm_mr_fused_gpu;
  * or matmul_all_reduce, or a negative delay; AGMM_ERR_UNSUPPORTED for a reduce delay on GPUs. */
 agmm_status agmm_mr_fused_set_delay(agmm_plan *plan, int64_t gemm_delay_ns, int64_t reduce_delay_ns);
 
+/* Test hook: re-plans the GEMM engine of a GPU fused plan with tile config `config` (an index of
+ * agmm_gemm_config_name; -1: the policy's), with fresh signals for its tile grid and a fresh epoch,
+ * so that a test can run the scatter epilogue under every config. Collective (every rank, the same
+ * config), between runs, after every rank's last run has completed. The engine's statuses
+ * (AGMM_ERR_INVALID_ARG naming config= for a config out of range or with a split tail); after a
+ * failure the plan only refuses to run (destroy it). AGMM_ERR_UNSUPPORTED in the CPU world. */
+agmm_status agmm_mr_fused_set_gemm_config(agmm_plan *plan, int config);
+
 #endif

@@ -49,10 +49,11 @@ static agmm_status gemm_create(agmm_plan *plan, agmm_mr_gemm *g, int whole, int 
     agmm_error *err = agmm_ctx_err(ctx);
     cublasLtHandle_t lt = agmm_ctx_gpu(ctx)->lt;
     const agmm_mr_shape s = agmm_mr_shape_of(plan);
+    const int shared = agmm_ctx_info(ctx)->ranks_on_device > 1; /* gemm_lt.h: clusters */
     /* Every C a plan writes starts 16-byte aligned: an output, a slot, a symmetric buffer. */
     if (whole)
         AGMM_TRY(st, agmm_gemm_lt_create(&g->whole, lt, s.m, s.n, s.k, s.layout, 16, AGMM_GEMM_LT_WORKSPACE_BYTES,
-                                         err));
+                                         shared, err));
     if (blocks) {
         g->block_rows[0] = s.block_rows;
         /* The last non-empty block is the only one that may be shorter than R. */
@@ -60,7 +61,7 @@ static agmm_status gemm_create(agmm_plan *plan, agmm_mr_gemm *g, int whole, int 
         for (int i = 0; i < 2; i++)
             if (i == 0 || g->block_rows[1] != g->block_rows[0])
                 AGMM_TRY(st, agmm_gemm_lt_create(&g->block[i], lt, g->block_rows[i], s.n, s.k, s.layout, 16,
-                                                 AGMM_GEMM_LT_WORKSPACE_BYTES, err));
+                                                 AGMM_GEMM_LT_WORKSPACE_BYTES, shared, err));
     }
     AGMM_CUDA_TRY(st, err, cudaMalloc(&g->workspace, AGMM_GEMM_LT_WORKSPACE_BYTES));
     if (agmm_ctx_info(ctx)->ranks_on_device > 1)

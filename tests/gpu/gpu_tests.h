@@ -46,8 +46,13 @@ void test_matmul_reduce_gpu(void);
 /* The fused backends on shapes of many tiles straddling the reduce-scatter's blocks, W = 1, 2, 3,
  * 4, 8, and with a rank whose GEMM starts late. */
 void test_matmul_reduce_fused(void);
+/* The fused backends under every tile config but the split tail's, emulated W = 3. */
+void test_matmul_reduce_fused_configs(void);
 void test_matmul_reduce_gpu_world(void);
 void test_matmul_reduce_timeout(void);
+/* test_gemm_engine_pull.c: the engine's pull mode under every tile config and B layout, two ranks
+ * on one GPU (ready waits, gathered A stores, closing barrier). */
+void test_gemm_engine_pull(void);
 /* test_ar_norm.c: all_reduce_rmsnorm's backends against the fp64 reference and the kernels' fp32
  * order (W = 1, emulated 2..4), two runs in one CUDA graph replayed with fresh inputs, a missing
  * rank. */

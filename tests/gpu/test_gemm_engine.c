@@ -156,8 +156,10 @@ static double check_c(const uint16_t *a, const uint16_t *b, agmm_layout lay, con
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
-/* One plain GEMM rows x n x k on the pools' prefixes, checked against fp64. */
-static void run_plain(pools *p, int64_t rows, int64_t n, int64_t k, agmm_layout lay, int config, int64_t full_rows)
+/* One plain GEMM rows x n x k on the pools' prefixes on at most max_ctas CTAs (0: every SM),
+ * checked against fp64. */
+static void run_plain_ctas(pools *p, int64_t rows, int64_t n, int64_t k, agmm_layout lay, int config,
+                           int64_t full_rows, int max_ctas)
 {
     const char *lname = lay == AGMM_LAYOUT_COL_MAJOR ? "col" : "row";
     agmm_gemm_desc d = {0};
@@ -171,6 +173,7 @@ static void run_plain(pools *p, int64_t rows, int64_t n, int64_t k, agmm_layout 
     d.nranks = 1;
     d.splits = 1;
     d.config = config;
+    d.max_ctas = max_ctas;
     agmm_error err = {0};
     agmm_gemm_plan *plan = NULL;
     agmm_status st = agmm_gemm_plan_create(&plan, &d, &err);
@@ -189,6 +192,11 @@ static void run_plain(pools *p, int64_t rows, int64_t n, int64_t k, agmm_layout 
                (long long)rows, (long long)n, (long long)k, lname, agmm_gemm_plan_describe(plan), rel,
                (long long)nans);
     agmm_gemm_plan_destroy(plan);
+}
+
+static void run_plain(pools *p, int64_t rows, int64_t n, int64_t k, agmm_layout lay, int config, int64_t full_rows)
+{
+    run_plain_ctas(p, rows, n, k, lay, config, full_rows, 0);
 }
 
 static double now_s(void)
@@ -434,7 +442,8 @@ static void test_bad_args(pools *p)
 }
 
 /* For compute-sanitizer: every tile config (each one kernel) on one small shape with M, N and K
- * tails, both B layouts. The fused path's waits and reset run in the sanitizer's fused cases. */
+ * tails, both B layouts, on the whole GPU and on 3 CTAs (3 units each: the ping-pong consumers
+ * alternate). The fused path's waits and reset run in the sanitizer's fused cases. */
 void test_gemm_engine_small(void)
 {
     int major = 0;
@@ -446,8 +455,10 @@ void test_gemm_engine_small(void)
     pools p;
     if (pools_init(&p, (size_t)300 * 136, (size_t)136 * 264, (size_t)300 * 264))
         for (int c = 0; c < agmm_gemm_num_configs(); c++)
-            for (int lay = 0; lay < 2; lay++)
+            for (int lay = 0; lay < 2; lay++) {
                 run_plain(&p, 300, 264, 136, (agmm_layout)lay, c, 1 << 20);
+                run_plain_ctas(&p, 300, 264, 136, (agmm_layout)lay, c, 1 << 20, 3);
+            }
     pools_free(&p);
 }
 
@@ -480,12 +491,17 @@ void test_gemm_engine(void)
                 for (int l = 0; l < 2; l++)
                     run_plain(&p, ms[i], ns[j], ks[l], (agmm_layout)lay, -1, 1 << 20);
     /* Every tile config on shapes with M, N and K tails (K = 1032: a 64-wide block of 8); the
-     * split-tail configs split the last two (17 and 8 K blocks on 21 and 64 tiles). */
+     * split-tail configs split the last two (17 and 8 K blocks on 21 and 64 tiles). On a grid of
+     * 5 or 7 CTAs every CTA has 2 to 10 units, so both ping-pong consumers work, and
+     * skip each other's units: of 2 K blocks (several units in the ring at once) and of 17 (more
+     * than the ring holds: the case the order barrier of ring.cuh makes safe). */
     for (int c = 0; c < agmm_gemm_num_configs(); c++)
         for (int lay = 0; lay < 2; lay++) {
             run_plain(&p, 1000, 264, 72, (agmm_layout)lay, c, 1 << 20);
             run_plain(&p, 777, 520, 1032, (agmm_layout)lay, c, 1 << 20);
             run_plain(&p, 2048, 1000, 512, (agmm_layout)lay, c, 64);
+            run_plain_ctas(&p, 1000, 264, 72, (agmm_layout)lay, c, 1 << 20, 5);
+            run_plain_ctas(&p, 1000, 264, 1032, (agmm_layout)lay, c, 1 << 20, 7);
         }
 
     test_hooks(&p, 200, sms / 4, 1);

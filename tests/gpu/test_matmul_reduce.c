@@ -16,7 +16,8 @@
  * The fused backends (their GEMM's epilogue scatters tiles and sums as they land) also on shapes
  * of many tiles, whose row tiles straddle the reduce-scatter's blocks of 2, 3, 4 and 8 ranks (and
  * are taller than a block at W = 8): M = 1000, 777, 3000, 256; and with one rank's GEMM 30 ms late
- * in every run (the delay hook), which its peers' sums must wait for. */
+ * in every run (the delay hook), which its peers' sums must wait for; and under every tile config
+ * of the engine but the split tail's. */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -28,6 +29,7 @@
 #include "backends/matmul_reduce_fused.h"
 #include "core/numeric.h"
 #include "cpu/reference.h"
+#include "kernels/gemm/policy.h"
 #include "gpu_tests.h"
 #include "../harness.h"
 
@@ -52,6 +54,7 @@ typedef struct {
     const char *backend;
     int nranks;
     int late_rank, late_ms;        /* fused: this rank's GEMM starts late_ms late (-1: none) */
+    int config;                    /* fused: the engine's tile config (-1: its policy's) */
     uint16_t *a[2][AGMM_MAX_RANKS], *b[2][AGMM_MAX_RANKS]; /* [0]: small integers, [1]: uniform */
     uint16_t *exact;               /* M x N: the integer sum rounded to bf16 */
     double *isum;                  /* M x N: the integer sum */
@@ -108,6 +111,8 @@ static agmm_status mr_rank(agmm_ctx *ctx, void *arg)
     }
     if (rank == j->late_rank)
         RANK_AGMM(res, ctx, agmm_mr_fused_set_delay(plan, (int64_t)j->late_ms * 1000000, 0));
+    if (j->config >= 0) /* collective: every rank, the same config */
+        RANK_AGMM(res, ctx, agmm_mr_fused_set_gemm_config(plan, j->config));
     for (int run = 0; run < RUNS; run++) {
         const int v = run == 0 ? 0 : 1;
         const void *a = (char *)d_a + (size_t)v * a_bytes, *b = (char *)d_b + (size_t)v * b_bytes;
@@ -215,10 +220,10 @@ static void check_job(const mr_job *j, char *why, size_t len)
         snprintf(why, len, "uniform inputs: rel_fro %.2e > %.0e", worst, TOL);
 }
 
-/* Every backend of the table the world offers (or only `only`) on every shape; late_rank as in
- * mr_job. */
+/* Every backend of the table the world offers (or only `only`) on every shape; late_rank and
+ * config as in mr_job. */
 static void run_shapes(agmm_world *w, int nranks, const char *label, const mr_shape *list, size_t count,
-                       const char *only, int late_rank)
+                       const char *only, int late_rank, int config)
 {
     const agmm_op ops[2] = {AGMM_OP_MATMUL_REDUCE_SCATTER, AGMM_OP_MATMUL_ALL_REDUCE};
     for (int o = 0; o < 2; o++)
@@ -235,7 +240,7 @@ static void run_shapes(agmm_world *w, int nranks, const char *label, const mr_sh
                 }
                 mr_job *j = calloc(1, sizeof *j);
                 j->op = ops[o], j->sh = list[si], j->backend = name, j->nranks = nranks;
-                j->late_rank = late_rank, j->late_ms = 30;
+                j->late_rank = late_rank, j->late_ms = 30, j->config = config;
                 int ok = make_inputs(j, 31 * si + (uint64_t)nranks);
                 agmm_status st = ok ? agmm_world_run(w, mr_rank, j) : AGMM_ERR_NO_MEMORY;
                 int ran = st == AGMM_SUCCESS;
@@ -261,7 +266,7 @@ static void run_shapes(agmm_world *w, int nranks, const char *label, const mr_sh
 
 static void run_world(agmm_world *w, int nranks, const char *label)
 {
-    run_shapes(w, nranks, label, shapes, sizeof shapes / sizeof *shapes, NULL, -1);
+    run_shapes(w, nranks, label, shapes, sizeof shapes / sizeof *shapes, NULL, -1, -1);
 }
 
 void test_matmul_reduce_gpu(void)
@@ -291,18 +296,37 @@ void test_matmul_reduce_fused(void)
     const size_t count = sizeof tiled / sizeof *tiled;
     agmm_world *w = gpu_test_world(AGMM_WORLD_GPU, 1, 0);
     if (w) {
-        run_shapes(w, 1, "W=1 (GPU world)", tiled, count, "fused", -1);
+        run_shapes(w, 1, "W=1 (GPU world)", tiled, count, "fused", -1, -1);
         agmm_world_destroy(w);
     }
     const int emulated[] = {2, 3, 4, 8};
     for (size_t i = 0; i < sizeof emulated / sizeof *emulated; i++) {
         if ((w = gpu_test_world(AGMM_WORLD_EMULATED, emulated[i], 0)) == NULL)
             continue;
-        run_shapes(w, emulated[i], "emulated", tiled, count, "fused", -1);
+        run_shapes(w, emulated[i], "emulated", tiled, count, "fused", -1, -1);
         if (emulated[i] == 3)
-            run_shapes(w, 3, "emulated", tiled, 1, "fused", 1);
+            run_shapes(w, 3, "emulated", tiled, 1, "fused", 1, -1);
         agmm_world_destroy(w);
     }
+}
+
+/* The scatter epilogue under every tile config the engine has but the split tail's (forced through
+ * the backend's hook: cooperative and ping-pong consumers, 128- and 64-row tiles, B-multicast
+ * pairs), both operations, emulated W = 3, the two layouts of B in turn. */
+void test_matmul_reduce_fused_configs(void)
+{
+    static const mr_shape two[] = {{1000, 520, 136, AGMM_LAYOUT_COL_MAJOR}, {777, 264, 256, AGMM_LAYOUT_ROW_MAJOR}};
+    agmm_world *w = gpu_test_world(AGMM_WORLD_EMULATED, 3, 0);
+    if (w == NULL)
+        return;
+    for (int c = 0; c < agmm_gemm_num_configs(); c++) {
+        if (agmm_gemm_config_at(c)->sk)
+            continue;
+        char label[96];
+        snprintf(label, sizeof label, "emulated, config %d %s:", c, agmm_gemm_config_name(c));
+        run_shapes(w, 3, label, two + c % 2, 1, "fused", -1, c);
+    }
+    agmm_world_destroy(w);
 }
 
 void test_matmul_reduce_gpu_world(void)

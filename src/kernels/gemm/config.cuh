@@ -6,17 +6,25 @@
 
 #include "kernels/gemm/params.h"
 
-/* BM x BN output tile, STAGES ring slots, WGN how the two consumer warpgroups split the tile (1:
- * by rows, 2: by columns), B_MN 1 for a row-major B, CL 2 for B-multicast pairs, SK 1 for the
- * split tail (gemm_configs.h documents each). */
-template <int BM_, int BN_, int STAGES_, int WGN_, int B_MN_, int CL_, int SK_>
+/* BM x BN output tile, STAGES ring slots, WGN how the two cooperative consumer warpgroups split
+ * the tile (1: by rows, 2: by columns), B_MN 1 for a row-major B, CL 2 for B-multicast pairs, SK 1
+ * for the split tail, PP 1 for ping-pong consumers (each a whole tile of its own, alternate units;
+ * gemm_configs.h documents each). */
+template <int BM_, int BN_, int STAGES_, int WGN_, int B_MN_, int CL_, int SK_, int PP_ = 0>
 struct gemm_cfg {
-    static constexpr int BM = BM_, BN = BN_, STAGES = STAGES_, WGN = WGN_, B_MN = B_MN_, CL = CL_, SK = SK_;
+    static constexpr int BM = BM_, BN = BN_, STAGES = STAGES_, WGN = WGN_, B_MN = B_MN_, CL = CL_, SK = SK_, PP = PP_;
     /* One consumer's part: WM rows by WN columns, as MB blocks of 64 rows; NACC fp32 accumulators
-     * per thread (wgmma m64nWNk16 gives each thread WN/2 of a 64-row block). */
-    static constexpr int WM = WGN == 1 ? BM / 2 : BM, WN = BN / WGN, MB = WM / 64, NACC = MB * WN / 2;
+     * per thread (wgmma m64nWNk16 gives each thread WN/2 of a 64-row block). Ping-pong: the whole
+     * tile (128 x 128 or 64 x 256: 128 accumulators). */
+    static constexpr int WM = PP ? BM : WGN == 1 ? BM / 2 : BM, WN = PP ? BN : BN / WGN, MB = WM / 64,
+                         NACC = MB * WN / 2;
+    /* Consumer cw's part starts at row cw * CW_ROWS, column cw * CW_COLS of the tile. */
+    static constexpr int CW_ROWS = !PP && WGN == 1 ? WM : 0, CW_COLS = !PP && WGN == 2 ? WN : 0;
     static_assert(CL == 1 || (BM == 128 && WGN == 1 && BN % 128 == 0 && !SK), "B multicast pairs: 128-row tiles");
-    static_assert(BM / (3 - WGN) % 64 == 0 && BN / WGN % 64 == 0, "consumers own whole 64 x 64 blocks");
+    static_assert(WM % 64 == 0 && WN % 64 == 0, "consumers own whole 64 x 64 blocks");
+    static_assert(!PP || (WGN == 1 && CL == 1 && !SK && NACC <= 128),
+                  "ping-pong: no cluster or split tail yet; at most 128 accumulators per thread (128 x 192's "
+                  "192 spill in the consumers' 224 registers)");
 };
 
 #endif /* AGMM_KERNELS_GEMM_CONFIG_CUH */

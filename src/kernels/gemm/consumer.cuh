@@ -1,17 +1,20 @@
 /* The GEMM engine's consumers (device code only): warpgroups 1 and 2, in 224 registers each.
  *
- * Mainloop (consumer_mainloop): consumer cw computes its part of the unit's BM x BN tile, rows
- * [cw*BM/2, (cw+1)*BM/2) (WGN = 1) or columns [cw*BN/2, (cw+1)*BN/2) (WGN = 2), as MB blocks of 64
- * rows, one wgmma m64nWNk16 each per K step of 16, fp32 accumulators in registers (scale-d = 0 on
- * the unit's first step instead of zeroing). One K block of MMAs stays in flight (wait_group 1):
- * the slot of the block before goes back to the producer(s) once its MMAs are done.
+ * Mainloop (consumer_mainloop): consumer cw computes its part of the unit's BM x BN tile (the
+ * config's CW_ROWS, CW_COLS: cooperative rows [cw*BM/2, (cw+1)*BM/2) (WGN = 1) or columns
+ * [cw*BN/2, (cw+1)*BN/2) (WGN = 2); ping-pong the whole tile), as MB blocks of 64 rows, one wgmma
+ * m64nWNk16 each per K step of 16, fp32 accumulators in registers (scale-d = 0 on the unit's first
+ * step instead of zeroing). One K block of MMAs stays in flight (wait_group 1): the slot of the
+ * block before goes back to the producer(s) once its MMAs are done.
  *
- * Schedule (consumer_cooperative): both consumers work on the same unit at the same time, then
- * both store their parts (the epilogue, epilogue.cuh). While the first K block's MMAs run, the
- * consumers compute the next unit's record: the schedule's 64-bit divisions cost ~1 us of a warp's
- * time, no longer between units. Another schedule (ping-pong: each consumer a whole tile of its
- * own, alternate units, one's epilogue under the other's mainloop) would be a sibling of
- * consumer_cooperative built from the same mainloop and epilogue (docs/gemm_engine.md). */
+ * Schedules, both built from that mainloop and the epilogue (epilogue.cuh); the config's PP picks:
+ *   consumer_cooperative  both consumers work on the same unit at the same time, then both store
+ *                         their parts: the tensor cores idle during every unit's epilogue.
+ *   consumer_pingpong     each consumer owns whole units: consumer c takes the CTA's units with
+ *                         local index i = c, c + 2, ... (unit blockIdx.x + i*gridDim.x), so one
+ *                         stores unit i while the other runs unit i + 1's mainloop.
+ * Cooperative consumers compute the record of their next unit while a unit's first K block's MMAs
+ * run: the schedule's 64-bit divisions cost ~1 us of a warp's time, no longer between units. */
 #ifndef AGMM_KERNELS_GEMM_CONSUMER_CUH
 #define AGMM_KERNELS_GEMM_CONSUMER_CUH
 
@@ -22,14 +25,16 @@
 #include "kernels/hopper_ptx.cuh"
 
 /* One unit's mainloop: ends holding the unit's accumulators (fenced: safe to read), every slot it
- * used released. at_first_block() runs once, right after the first K block's MMAs are issued. */
-template <class Cfg, class F>
+ * used released. at_first_block() runs once, right after the first K block's MMAs are issued;
+ * issued() once, when every MMA of the unit is issued and the last K block's are still running. */
+template <class Cfg, class F, class G>
 __device__ __forceinline__ void consumer_mainloop(const ring<Cfg> &r, ring_pos<Cfg> &pos, const tile_job &cur, int cw,
                                                   int lane, uint32_t partner,
-                                                  float (&acc)[Cfg::MB][Cfg::WN / 2], F &&at_first_block)
+                                                  float (&acc)[Cfg::MB][Cfg::WN / 2], F &&at_first_block,
+                                                  G &&issued)
 {
     constexpr int MB = Cfg::MB, WN = Cfg::WN, B_MN = Cfg::B_MN;
-    const int row_off = Cfg::WGN == 1 ? cw * Cfg::WM : 0, col_off = Cfg::WGN == 2 ? cw * WN : 0;
+    const int row_off = cw * Cfg::CW_ROWS, col_off = cw * Cfg::CW_COLS;
     int prev = -1;
     for (int kb = cur.kb0; kb < cur.kb1; kb++) {
         r.wait_full(pos);
@@ -57,6 +62,7 @@ __device__ __forceinline__ void consumer_mainloop(const ring<Cfg> &r, ring_pos<C
         prev = pos.stage;
         pos.advance();
     }
+    issued();
     wgmma_wait<0>();
 #pragma unroll
     for (int mb = 0; mb < MB; mb++)
@@ -79,10 +85,50 @@ __device__ __forceinline__ void consumer_cooperative(const gemm_params &p, const
     tile_job cur = walk.job_or_none(u), next;
     while (u < walk.nunits) {
         const int64_t next_u = u + gridDim.x;
-        consumer_mainloop<Cfg>(r, pos, cur, cw, lane, partner, acc, [&] { next = walk.job_or_none(next_u); });
+        consumer_mainloop<Cfg>(r, pos, cur, cw, lane, partner, acc, [&] { next = walk.job_or_none(next_u); }, [] {});
         epi.store(cur, acc);
         cur = next;
         u = next_u;
+    }
+    epi.finish();
+}
+
+/* Consumer cw (0 or 1) of the ping-pong schedule; ep: this warp's epilogue staging (its own: the
+ * two consumers store at different times, never into each other's rows). Both walk the one ring
+ * in the producer's order: the unit before each of ours is the other consumer's, whose K blocks we
+ * step past (ring_pos::skip) without waiting on them. The order barrier (ring.cuh) is not a
+ * choice but what makes that skip safe: our first full wait of unit i must find every earlier
+ * load landed, which the other consumer's passing its waits of unit i - 1 proves; without it a
+ * consumer whose first unit starts more than STAGES blocks into the ring would take the slot's
+ * previous contents for this pass's. It also hands the tensor cores to one consumer at a time,
+ * as CUTLASS's ping-pong does with its ordered barrier, at no cost: the other consumer's MMAs are
+ * issued while this one's last K block still runs, so the tensor pipe's queue does not drain; and
+ * the producer loads in unit order anyway, so unit i + 1 could not start much earlier.
+ * A unit's record is computed before the order wait, under the other consumer's mainloop (no
+ * look-ahead: nothing but the accumulators and the record is live in the mainloop, a whole tile's
+ * Cfg::NACC fp32 per thread in the consumers' 224 registers). */
+template <class Cfg, class Epi>
+__device__ __forceinline__ void consumer_pingpong(const gemm_params &p, const ring<Cfg> &r, int cw, uint8_t *ep)
+{
+    const tile_walk<Cfg> walk(p.core);
+    const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+    Epi epi(p, ep, cw, warp, lane);
+    float acc[Cfg::MB][Cfg::WN / 2];
+    ring_pos<Cfg> pos;
+    for (int64_t u = blockIdx.x + cw * (int64_t)gridDim.x; u < walk.nunits; u += 2 * (int64_t)gridDim.x) {
+        const tile_job cur = walk.job(u);
+        if (u > blockIdx.x) {
+            /* The unit before is the other consumer's: past its K blocks, once it has issued them.
+             * The consumers alternate, so the order phases we wait for are those of the other's
+             * units, every other phase: always parity cw ^ 1. */
+            pos.skip(walk.k_blocks(u - gridDim.x));
+            r.wait_order(cw ^ 1);
+        }
+        consumer_mainloop<Cfg>(r, pos, cur, cw, lane, 0, acc, [] {}, [&] {
+            if (tid == 0)
+                r.pass_order();
+        });
+        epi.store(cur, acc);
     }
     epi.finish();
 }

@@ -14,7 +14,9 @@
  * tile), then the done words, word tiles * W + owner. c is this rank's rows of S (rows(rank) x N;
  * all: M x N).
  *
- * Per tile, per consumer warp (the 8 warps of a tile work alike, each on its 16-row pieces):
+ * Per tile, per consumer warp (the warps that store a tile work alike, each on its 16-row pieces:
+ * ARRIVALS of them, the 8 consumer warps of the cooperative schedule, the 4 of one consumer in the
+ * ping-pong one, which owns whole tiles):
  *   slot free   before its first store into owner q != rank in this run, lane 0 waits (bounded,
  *               acquire) until done word q of this rank's own signals has reached e - 1: q has
  *               read its slots of run e - 1. Remembered per warp for the run (a bit per owner).
@@ -23,11 +25,12 @@
  *               or the same GPU's; this rank's own rows into its own slot).
  *   signal      (another owner touched) each lane fences (fence.acq_rel.sys: its stores before
  *               what follows), __syncwarp, then lane 0 adds 1 to flag (tile, rank) of every other
- *               owner q the tile touches, with red.release.sys. Writer of a flag: the 8 warps of
- *               one tile of one rank; waiter: the owner's warps of the same tile; never reset:
- *               after run e it reads e * 8 (wrapping compare).
+ *               owner q the tile touches, with red.release.sys. Writer of a flag: the ARRIVALS
+ *               warps of one tile of one rank; waiter: the owner's warps of the same tile; never
+ *               reset: after run e it reads e * ARRIVALS (wrapping compare; every rank runs the
+ *               same config, so the same ARRIVALS).
  *   tile wait   (a tile homed in this rank's block) every lane p < W, p != rank, waits (bounded,
- *               acquire) until flag (tile, p) of this rank's signals has reached e * 8, then a
+ *               acquire) until flag (tile, p) of this rank's signals has reached e * ARRIVALS, then a
  *               __syncwarp: what peer p stored before its release is visible to the whole warp.
  *   sum         then the warp's piece of this rank's rows of the tile: over slots 0..W-1 in rank
  *               order in fp32, rounded once into c. Each lane reads back its own pass's stores
@@ -38,7 +41,7 @@
  *               this rank's rows: the tile wait, then the warp's piece of this rank's rows summed
  *               from all W slots (its own stored by this same warp in its pass).
  *   closing     fence, count the warp in on close_ctr (device memory of the plan); the last of the
- *               grid's 8 * gridDim.x warps (so every warp of the run has read the epoch word and
+ *               grid's 8 * gridDim.x consumer warps (so every warp of the run has read the epoch word and
  *               finished reading the slots) resets the counter, stores e into the epoch word and e
  *               into done word `rank` of every peer (st.release.sys). No wait: the next writer
  *               waits (slot free above). The next run starts after this kernel (one stream; a
@@ -56,8 +59,7 @@
 #include "kernels/gemm/epilogue.cuh"
 #include "kernels/gemm/tile_sched.cuh"
 
-/* Flag counts per tile and run: the consumer warps that store a tile (2 warpgroups of 4). */
-#define SCATTER_ARRIVALS ((GEMM_THREADS - 128) / 32)
+#define SCATTER_CONSUMER_WARPS ((GEMM_THREADS - 128) / 32) /* 2 consumer warpgroups of 4 warps */
 #define SCATTER_BATCH 4 /* slots loaded before their adds: loads in flight per sum */
 
 __device__ __forceinline__ void scatter_fence_sys()
@@ -122,16 +124,19 @@ template <class Cfg>
 struct epi_scatter {
     static_assert(!Cfg::SK, "the scatter epilogue has no split tail");
     static constexpr uint32_t smem_bytes = 8 * EP_WARP_BYTES; /* epi_store's staging rows */
+    /* A flag's count per tile and run: the consumer warps that store a tile, both warpgroups
+     * (cooperative) or one (ping-pong: a warpgroup owns whole tiles). */
+    static constexpr uint32_t ARRIVALS = Cfg::PP ? SCATTER_CONSUMER_WARPS / 2 : SCATTER_CONSUMER_WARPS;
     const gemm_params &p;
     uint8_t *ep; /* this warp's staging rows */
-    int row_off, col_off, warp, lane;
+    int cw, row_off, col_off, warp, lane;
     uint32_t epoch;     /* this run's: runs completed + 1 */
     uint64_t free_seen; /* owners whose slot-free wait this warp has passed in this run */
     int waits_off;      /* a wait of this rank expired: wait no more */
 
-    __device__ __forceinline__ epi_scatter(const gemm_params &params, uint8_t *area, int cw, int w, int l)
-        : p(params), ep(area + (cw * 4 + w) * EP_WARP_BYTES), row_off(Cfg::WGN == 1 ? cw * Cfg::WM : 0),
-          col_off(Cfg::WGN == 2 ? cw * Cfg::WN : 0), warp(w), lane(l),
+    __device__ __forceinline__ epi_scatter(const gemm_params &params, uint8_t *area, int consumer, int w, int l)
+        : p(params), ep(area + (consumer * 4 + w) * EP_WARP_BYTES), cw(consumer), row_off(consumer * Cfg::CW_ROWS),
+          col_off(consumer * Cfg::CW_COLS), warp(w), lane(l),
           epoch(*(volatile const uint32_t *)params.scatter.epoch + 1u), free_seen(0), waits_off(0)
     {
     }
@@ -199,7 +204,7 @@ struct epi_scatter {
     __device__ __forceinline__ void wait_tile(int64_t tile)
     {
         int off = waits_off;
-        const uint32_t want = epoch * (uint32_t)SCATTER_ARRIVALS;
+        const uint32_t want = epoch * ARRIVALS;
         for (int q = lane; q < nranks() && !off; q += 32)
             if (q != rank())
                 off = wait_word(signals_of(rank()) + (size_t)tile * nranks() + q, want, AGMM_WAIT_TILE, q, (int)tile);
@@ -307,8 +312,11 @@ struct epi_scatter {
 
     __device__ __forceinline__ void finish()
     {
+        /* This warp's units: the CTA's (cooperative), or its consumer's every other one (ping-pong,
+         * consumer.cuh): the tiles whose own rows this warp stored. */
         const tile_walk<Cfg> walk(p.core);
-        for (int64_t u = blockIdx.x; u < walk.nunits; u += gridDim.x) {
+        const int64_t first = blockIdx.x + (Cfg::PP ? cw * (int64_t)gridDim.x : 0);
+        for (int64_t u = first; u < walk.nunits; u += (Cfg::PP ? 2 : 1) * (int64_t)gridDim.x) {
             const tile_job j = walk.job(u);
             if (!p.scatter.all && !j.local && owner(j.row0) < rank() && rank() <= owner(j.row0 + j.rows - 1))
                 sum_piece(j); /* deferred (header comment) */
@@ -321,7 +329,7 @@ struct epi_scatter {
     {
         scatter_fence_sys(); /* this warp's reads of its slots before its count */
         __syncwarp();
-        if (lane != 0 || atomicAdd(p.scatter.close_ctr, 1u) != gridDim.x * (uint32_t)SCATTER_ARRIVALS - 1u)
+        if (lane != 0 || atomicAdd(p.scatter.close_ctr, 1u) != gridDim.x * (uint32_t)SCATTER_CONSUMER_WARPS - 1u)
             return;
         /* The last warp of the grid: every other one counted in after its fence. */
         scatter_fence_sys();

@@ -38,8 +38,8 @@ struct epi_store {
     int row_off, col_off, warp, lane;
 
     __device__ __forceinline__ epi_store(const gemm_params &params, uint8_t *area, int cw, int w, int l)
-        : p(params), ep(area + (cw * 4 + w) * EP_WARP_BYTES), row_off(Cfg::WGN == 1 ? cw * Cfg::WM : 0),
-          col_off(Cfg::WGN == 2 ? cw * Cfg::WN : 0), warp(w), lane(l)
+        : p(params), ep(area + (cw * 4 + w) * EP_WARP_BYTES), row_off(cw * Cfg::CW_ROWS), col_off(cw * Cfg::CW_COLS),
+          warp(w), lane(l)
     {
     }
 

@@ -2,16 +2,21 @@
  * table (policy.c) and the table of kernel instantiations (instantiate.cuh, one inst_*.cu per A
  * source and B layout) are built, so the two cannot disagree; and the measured policy table.
  *
- * X(bm, bn, stages, wgn, cluster, sk, pick, eff, name), in index order (the index is what
+ * X(bm, bn, stages, wgn, cluster, sk, pp, pick, eff, name), in index order (the index is what
  * agmm_gemm_desc.config and the lab's --configs name; append, never reorder):
  *   bm x bn  the output tile (K steps of 64)
  *   stages   ring slots of A + B
- *   wgn      how the two consumer warpgroups split the tile: 1 by rows (bm/2 each, one or two
- *            m64 wgmmas per K step of 16), 2 by columns (bm = 64 rows, bn/2 columns each)
+ *   wgn      how the two cooperative consumer warpgroups split the tile: 1 by rows (bm/2 each, one
+ *            or two m64 wgmmas per K step of 16), 2 by columns (bm = 64 rows, bn/2 columns each);
+ *            1 in ping-pong configs, where each consumer owns whole tiles
  *   cluster  2: pairs of CTAs on vertically adjacent tiles share B through TMA multicast
  *   sk       1: split tail: the tiles of the last waves are cut into K pieces that other SMs
  *            compute, summed through an fp32 workspace (policy.c, agmm_gemm_plan_split_tail;
  *            epilogue.cuh, sk_fixup)
+ *   pp       1: ping-pong consumers (consumer.cuh): each warpgroup computes whole tiles, the two
+ *            on alternate units, so one's epilogue runs under the other's mainloop; a whole
+ *            tile's accumulators per thread (bm*bn/128: at most 128; 128 x 192's 192 spill in the
+ *            consumers' 224 registers). No cluster or split tail yet.
  *   pick     1: the cost model may choose it; 0: only by index (lab, tests) or by name from the
  *            measured table below
  *   eff      FLOP rate relative to 128x256 at full waves, for the cost model: 0.80 for 128x128
@@ -19,22 +24,27 @@
  *            guesses until measured. The numbers only rank configs against each other.
  * The B-multicast pairs (/c2) run at 1.00-1.07x the time of the same tile without a cluster
  * since the consumers' remote arrive dropped .release.cluster (hopper_ptx.cuh; before: 1.5-2.6x),
- * so they are still not picked (docs/gemm_engine.md). Configs 5-9 are chosen only through the measured table below (pick 0):
- * none beats the others everywhere, and the cost model's eff numbers do not rank them well. */
+ * so they are still not picked (docs/gemm_engine.md). Configs 5-9 are chosen only through the
+ * measured table below (pick 0): none beats the others everywhere, and the cost model's eff numbers
+ * do not rank them well. The ping-pong configs 10-13 are not measured yet (pick 0, eff guesses). */
 #ifndef AGMM_KERNELS_GEMM_CONFIGS_H
 #define AGMM_KERNELS_GEMM_CONFIGS_H
 
 #define AGMM_GEMM_CONFIGS(X)                                      \
-    X(128, 256, 4, 1, 1, 0, 1, 1.00, "128x256x64/s4")             \
-    X(128, 128, 6, 1, 1, 0, 1, 0.80, "128x128x64/s6")             \
-    X(128, 64, 8, 1, 1, 0, 1, 0.60, "128x64x64/s8")               \
-    X(128, 256, 4, 1, 2, 0, 0, 1.00, "128x256x64/s4/c2")          \
-    X(128, 128, 6, 1, 2, 0, 0, 0.80, "128x128x64/s6/c2")          \
-    X(128, 192, 5, 1, 1, 0, 0, 0.90, "128x192x64/s5")             \
-    X(256, 128, 4, 1, 1, 0, 0, 1.00, "256x128x64/s4")             \
-    X(64, 256, 5, 2, 1, 0, 0, 0.70, "64x256x64/s5")               \
-    X(64, 128, 8, 2, 1, 0, 0, 0.55, "64x128x64/s8")               \
-    X(128, 256, 4, 1, 1, 1, 0, 1.00, "128x256x64/s4/sk")
+    X(128, 256, 4, 1, 1, 0, 0, 1, 1.00, "128x256x64/s4")          \
+    X(128, 128, 6, 1, 1, 0, 0, 1, 0.80, "128x128x64/s6")          \
+    X(128, 64, 8, 1, 1, 0, 0, 1, 0.60, "128x64x64/s8")            \
+    X(128, 256, 4, 1, 2, 0, 0, 0, 1.00, "128x256x64/s4/c2")       \
+    X(128, 128, 6, 1, 2, 0, 0, 0, 0.80, "128x128x64/s6/c2")       \
+    X(128, 192, 5, 1, 1, 0, 0, 0, 0.90, "128x192x64/s5")          \
+    X(256, 128, 4, 1, 1, 0, 0, 0, 1.00, "256x128x64/s4")          \
+    X(64, 256, 5, 2, 1, 0, 0, 0, 0.70, "64x256x64/s5")            \
+    X(64, 128, 8, 2, 1, 0, 0, 0, 0.55, "64x128x64/s8")            \
+    X(128, 256, 4, 1, 1, 1, 0, 0, 1.00, "128x256x64/s4/sk")       \
+    X(128, 128, 6, 1, 1, 0, 1, 0, 0.85, "128x128x64/s6/pp")       \
+    X(64, 256, 5, 1, 1, 0, 1, 0, 0.85, "64x256x64/s5/pp")         \
+    X(64, 128, 8, 1, 1, 0, 1, 0, 0.60, "64x128x64/s8/pp")         \
+    X(64, 192, 6, 1, 1, 0, 1, 0, 0.75, "64x192x64/s6/pp")
 
 /* The measured policy: X(rows, n, k, "config name") per measured shape, the fastest config there.
  * A plan whose shape lies near one of them (policy.c, agmm_gemm_policy_measured) and that has the

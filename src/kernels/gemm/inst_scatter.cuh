@@ -7,13 +7,14 @@
 #include "kernels/gemm/kernel.cuh"
 #include "kernels/gemm/kernels.h"
 
-#define GEMM_SCATTER_CFG(bm, bn, st, wgn, cl) gemm_cfg<bm, bn, st, wgn, GEMM_INST_B_MN, cl, 0>
-#define GEMM_SCATTER_ROW_SK0(bm, bn, st, wgn, cl)                                                             \
-    {(const void *)gemm_ws_kernel<GEMM_SCATTER_CFG(bm, bn, st, wgn, cl), a_plain<GEMM_SCATTER_CFG(bm, bn, st, wgn, cl)>, \
-                                  epi_scatter<GEMM_SCATTER_CFG(bm, bn, st, wgn, cl)>>,                         \
-     smem_layout<GEMM_SCATTER_CFG(bm, bn, st, wgn, cl), epi_scatter<GEMM_SCATTER_CFG(bm, bn, st, wgn, cl)>>::total},
-#define GEMM_SCATTER_ROW_SK1(bm, bn, st, wgn, cl) {NULL, 0},
+#define GEMM_SCATTER_CFG(bm, bn, st, wgn, cl, pp) gemm_cfg<bm, bn, st, wgn, GEMM_INST_B_MN, cl, 0, pp>
+#define GEMM_SCATTER_ROW_SK0(bm, bn, st, wgn, cl, pp)                                                         \
+    {(const void *)gemm_ws_kernel<GEMM_SCATTER_CFG(bm, bn, st, wgn, cl, pp),                                   \
+                                  a_plain<GEMM_SCATTER_CFG(bm, bn, st, wgn, cl, pp)>,                          \
+                                  epi_scatter<GEMM_SCATTER_CFG(bm, bn, st, wgn, cl, pp)>>,                     \
+     smem_layout<GEMM_SCATTER_CFG(bm, bn, st, wgn, cl, pp), epi_scatter<GEMM_SCATTER_CFG(bm, bn, st, wgn, cl, pp)>>::total},
+#define GEMM_SCATTER_ROW_SK1(bm, bn, st, wgn, cl, pp) {NULL, 0},
 #define GEMM_SCATTER_ROW_SK(sk) GEMM_SCATTER_ROW_SK##sk
-#define GEMM_SCATTER_ROW(bm, bn, st, wgn, cl, sk, pick, eff, name) GEMM_SCATTER_ROW_SK(sk)(bm, bn, st, wgn, cl)
+#define GEMM_SCATTER_ROW(bm, bn, st, wgn, cl, sk, pp, pick, eff, name) GEMM_SCATTER_ROW_SK(sk)(bm, bn, st, wgn, cl, pp)
 
 const agmm_gemm_kernel GEMM_INST_TABLE[] = {AGMM_GEMM_CONFIGS(GEMM_SCATTER_ROW)};

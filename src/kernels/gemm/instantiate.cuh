@@ -6,12 +6,12 @@
 #include "kernels/gemm/kernel.cuh"
 #include "kernels/gemm/kernels.h"
 
-#define GEMM_INST_CFG(bm, bn, st, wgn, cl, sk) gemm_cfg<bm, bn, st, wgn, GEMM_INST_B_MN, cl, sk>
-#define GEMM_INST_EPI(bm, bn, st, wgn, cl, sk) gemm_epilogue_of<GEMM_INST_CFG(bm, bn, st, wgn, cl, sk)>
-#define GEMM_INST_ROW(bm, bn, st, wgn, cl, sk, pick, eff, name)                                          \
-    {(const void *)gemm_ws_kernel<GEMM_INST_CFG(bm, bn, st, wgn, cl, sk),                                 \
-                                  GEMM_INST_SOURCE<GEMM_INST_CFG(bm, bn, st, wgn, cl, sk)>,               \
-                                  GEMM_INST_EPI(bm, bn, st, wgn, cl, sk)>,                                \
-     smem_layout<GEMM_INST_CFG(bm, bn, st, wgn, cl, sk), GEMM_INST_EPI(bm, bn, st, wgn, cl, sk)>::total},
+#define GEMM_INST_CFG(bm, bn, st, wgn, cl, sk, pp) gemm_cfg<bm, bn, st, wgn, GEMM_INST_B_MN, cl, sk, pp>
+#define GEMM_INST_EPI(bm, bn, st, wgn, cl, sk, pp) gemm_epilogue_of<GEMM_INST_CFG(bm, bn, st, wgn, cl, sk, pp)>
+#define GEMM_INST_ROW(bm, bn, st, wgn, cl, sk, pp, pick, eff, name)                                      \
+    {(const void *)gemm_ws_kernel<GEMM_INST_CFG(bm, bn, st, wgn, cl, sk, pp),                             \
+                                  GEMM_INST_SOURCE<GEMM_INST_CFG(bm, bn, st, wgn, cl, sk, pp)>,           \
+                                  GEMM_INST_EPI(bm, bn, st, wgn, cl, sk, pp)>,                            \
+     smem_layout<GEMM_INST_CFG(bm, bn, st, wgn, cl, sk, pp), GEMM_INST_EPI(bm, bn, st, wgn, cl, sk, pp)>::total},
 
 const agmm_gemm_kernel GEMM_INST_TABLE[] = {AGMM_GEMM_CONFIGS(GEMM_INST_ROW)};

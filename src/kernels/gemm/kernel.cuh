@@ -11,7 +11,8 @@
  *   warpgroup 0: thread 0 is the producer (producer.cuh), in 56 registers; thread 32 runs the A
  *     source's side_thread (pull: raises the rank's ready word); the others idle to the end (a
  *     cluster barrier counts them).
- *   warpgroups 1 and 2: the consumers (consumer.cuh), in 224 registers: mainloop, then epilogue.
+ *   warpgroups 1 and 2: the consumers (consumer.cuh), in 224 registers: mainloop, then epilogue,
+ *     cooperative (both on one unit) or ping-pong (PP: alternate units, whole tiles each).
  * ptxas: 168 registers at entry, no spills, no local memory (docs/results, "engine split"). */
 #ifndef AGMM_KERNELS_GEMM_KERNEL_CUH
 #define AGMM_KERNELS_GEMM_KERNEL_CUH
@@ -77,7 +78,10 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_ws_kernel(const __grid_c
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 224;");
         uint8_t *staging = smem_raw + (base + L::epilogue - smem_u32(smem_raw));
-        consumer_cooperative<Cfg, Epi>(p, r, wg - 1, staging);
+        if constexpr (Cfg::PP)
+            consumer_pingpong<Cfg, Epi>(p, r, wg - 1, staging);
+        else
+            consumer_cooperative<Cfg, Epi>(p, r, wg - 1, staging);
     }
     /* No CTA leaves while its partner may still arrive on its barriers. */
     if (Cfg::CL == 2) {

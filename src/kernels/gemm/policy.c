@@ -9,7 +9,7 @@
 #define GROUP_M 8      /* row tiles per L2 group (even: cluster pairs share columns) */
 #define K_OVERHEAD 192 /* per-tile fixed cost (pipeline fill, epilogue) in units of K */
 
-#define CONFIG_ROW(bm, bn, st, wgn, cl, sk, pick, eff, name) {bm, bn, st, wgn, cl, sk, pick, eff, name},
+#define CONFIG_ROW(bm, bn, st, wgn, cl, sk, pp, pick, eff, name) {bm, bn, st, wgn, cl, sk, pp, pick, eff, name},
 static const agmm_gemm_config k_configs[] = {AGMM_GEMM_CONFIGS(CONFIG_ROW)};
 #undef CONFIG_ROW
 #define NUM_CONFIGS ((int)(sizeof k_configs / sizeof k_configs[0]))
@@ -109,7 +109,7 @@ int agmm_gemm_whole_tiles(int config)
     for (int i = 0; c && c->sk && i < NUM_CONFIGS; i++) {
         const agmm_gemm_config *o = &k_configs[i];
         if (!o->sk && o->bm == c->bm && o->bn == c->bn && o->stages == c->stages && o->wgn == c->wgn &&
-            o->cluster == c->cluster)
+            o->cluster == c->cluster && o->pp == c->pp)
             return i;
     }
     return config;

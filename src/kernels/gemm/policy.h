@@ -15,7 +15,7 @@ extern "C" {
 
 /* One row of gemm_configs.h (which documents the fields). */
 typedef struct {
-    int bm, bn, stages, wgn, cluster, sk;
+    int bm, bn, stages, wgn, cluster, sk, pp;
     int pick;
     double eff;
     const char *name;

@@ -86,6 +86,15 @@ struct tile_walk {
         return j;
     }
 
+    /* How many K blocks unit u has (what a ping-pong consumer skips of the other's units). */
+    __device__ __forceinline__ int k_blocks(int64_t u) const
+    {
+        if (!Cfg::SK || u < p.sk_first)
+            return p.k_blocks;
+        const int piece = (int)((u - p.sk_first) % p.sk_split);
+        return (piece + 1) * p.k_blocks / p.sk_split - piece * p.k_blocks / p.sk_split;
+    }
+
     /* Unit u, or an empty job past the last one (the consumers look one unit ahead). */
     __device__ __forceinline__ tile_job job_or_none(int64_t u) const
     {
