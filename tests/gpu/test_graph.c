@@ -119,10 +119,12 @@ static agmm_status graph_rank(agmm_ctx *ctx, void *arg)
     /* Collective: every rank plans, whatever failed before. */
     ok = step_rank_init(&sr, ctx, j->sc, j->steps, j->input, &j->res) && ok;
     const int W = agmm_ctx_info(ctx)->nranks;
-    if (ok && W > 1 && strcmp(j->sc->backend, "fused") == 0 &&
+    /* The delay hooks are ag_matmul's (the row-parallel matmuls have a `fused` of their own). */
+    const int ag = j->sc->op == AGMM_OP_AG_MATMUL;
+    if (ok && W > 1 && ag && strcmp(j->sc->backend, "fused") == 0 &&
         agmm_fused_set_copy_delay(sr.plan, ((rank + 1) % W) * j->sc->splits, HOOK_DELAY_NS) != AGMM_SUCCESS)
         ok = gpu_rank_fail(&j->res, rank, "copy delay: %s", agmm_last_error(ctx));
-    if (ok && W > 1 && strcmp(j->sc->backend, "pull") == 0 &&
+    if (ok && W > 1 && ag && strcmp(j->sc->backend, "pull") == 0 &&
         agmm_pull_set_delay(sr.plan, rank == W - 1 ? HOOK_DELAY_NS : 0) != AGMM_SUCCESS)
         ok = gpu_rank_fail(&j->res, rank, "pull delay: %s", agmm_last_error(ctx));
     ok = ok && step_capture(&sr, 0, j->steps, s, &exec);

@@ -53,8 +53,10 @@ static agmm_status steps_rank(agmm_ctx *ctx, void *arg)
 {
     steps_job *j = arg;
     const int rank = agmm_ctx_rank(ctx), W = agmm_ctx_info(ctx)->nranks;
-    const int fused = strcmp(j->sc->backend, "fused") == 0 && W > 1;
-    const int pull = strcmp(j->sc->backend, "pull") == 0 && W > 1;
+    /* The delay hooks are ag_matmul's (the row-parallel matmuls have a `fused` of their own). */
+    const int ag = j->sc->op == AGMM_OP_AG_MATMUL;
+    const int fused = ag && strcmp(j->sc->backend, "fused") == 0 && W > 1;
+    const int pull = ag && strcmp(j->sc->backend, "pull") == 0 && W > 1;
     j->res.ok[rank] = 1;
     cudaStream_t s[2] = {NULL, NULL};
     step_rank sr;
