@@ -26,15 +26,18 @@ LOG=$OUT/wheel_build.log
 : >"$LOG"
 note() { echo "$*" | tee -a "$LOG"; }
 
-# A clean copy: a clone of HEAD where there is a git repository, else the tracked sources without
-# build outputs (the device's copy of a working tree may come without .git).
-if git -C "$root" rev-parse --git-dir >/dev/null 2>&1; then
+# A clean copy: a clone of HEAD where there is a git repository and the tree is HEAD, else the
+# tree without build outputs (the device's copy of a working tree may come without .git, or with
+# a .git older than the tree: seen on the H200, whose clone then built a months-old package).
+if git -C "$root" rev-parse --git-dir >/dev/null 2>&1 &&
+    [ -z "$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null)" ]; then
     git clone -q "$root" "$work/src" && note "source: a clone of $(git -C "$root" rev-parse --short HEAD)"
 else
     mkdir "$work/src"
-    tar -C "$root" --exclude='./build*' --exclude=./out --exclude=./.whl --exclude='*/__pycache__' -cf - . |
+    tar -C "$root" --exclude='./build*' --exclude=./out --exclude=./.whl --exclude=./.git --exclude='./.lab' \
+        --exclude='*/__pycache__' -cf - . |
         tar -C "$work/src" -xf -
-    note "source: a copy of $root without build outputs (no git repository here)"
+    note "source: a copy of $root without build outputs (no git repository here, or one older than the tree)"
 fi
 
 # A venv over the system's site-packages, where torch and its nvidia wheels are; pip itself may
@@ -42,12 +45,15 @@ fi
 # the system's Python with the package installed into a folder of its own on PYTHONPATH.
 python=$work/venv/bin/python3
 install=()
-if ! python3 -m venv --system-site-packages --without-pip "$work/venv" >>"$LOG" 2>&1 ||
+# A python3 that is itself a venv (the H200's: /opt/torch/.venv) would give a new venv the base
+# interpreter's site-packages, without torch: then straight to the --target folder.
+in_venv=$(python3 -c 'import sys; print(int(sys.prefix != sys.base_prefix))' 2>/dev/null || echo 0)
+if [ "$in_venv" = 1 ] || ! python3 -m venv --system-site-packages --without-pip "$work/venv" >>"$LOG" 2>&1 ||
     ! "$python" -m pip --version >>"$LOG" 2>&1; then
     python=python3
     install=(--target "$work/site")
     export PYTHONPATH=$work/site${PYTHONPATH:+:$PYTHONPATH}
-    note "no venv with pip here (see the log): the system's python3, the package in $work/site"
+    note "no venv over python3's packages here (python3 is a venv, or see the log): python3 itself, the package in $work/site"
 fi
 note "python: $("$python" -c 'import sys; print(sys.version.split()[0])'), torch $("$python" -c 'import torch; print(torch.__version__)' 2>&1 | tail -n 1)"
 
