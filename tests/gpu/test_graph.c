@@ -16,7 +16,10 @@
  * read that chunk's rows before they land: NaN in C. In pull plans the last rank reads its peers'
  * shards 200 us late (a parameter of its captured kernel): a stale epoch would let its peers pass
  * their closing barrier and overwrite their shards for the next step, or read its shard before
- * it is written, which a fresh epoch makes them wait for. */
+ * it is written, which a fresh epoch makes them wait for. In the row-parallel matmuls' fused plans
+ * the last rank's GEMM starts 200 us late (a parameter of its captured kernel): a stale epoch (or
+ * a tile flag count taken from the step before) would let its peers sum its slot before its
+ * partial lands. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +29,7 @@
 #include "api/agmm_ext.h"
 #include "backends/ag_matmul_fused.h"
 #include "backends/ag_matmul_pull.h"
+#include "backends/matmul_reduce_fused.h"
 #include "gpu_tests.h"
 #include "world/world.h"
 #include "../harness.h"
@@ -127,6 +131,9 @@ static agmm_status graph_rank(agmm_ctx *ctx, void *arg)
     if (ok && W > 1 && ag && strcmp(j->sc->backend, "pull") == 0 &&
         agmm_pull_set_delay(sr.plan, rank == W - 1 ? HOOK_DELAY_NS : 0) != AGMM_SUCCESS)
         ok = gpu_rank_fail(&j->res, rank, "pull delay: %s", agmm_last_error(ctx));
+    if (ok && W > 1 && !ag && strcmp(j->sc->backend, "fused") == 0 &&
+        agmm_mr_fused_set_delay(sr.plan, rank == W - 1 ? HOOK_DELAY_NS : 0, 0) != AGMM_SUCCESS)
+        ok = gpu_rank_fail(&j->res, rank, "fused GEMM delay: %s", agmm_last_error(ctx));
     ok = ok && step_capture(&sr, 0, j->steps, s, &exec);
     /* Instantiation may synchronise the device: nobody replays before everyone has a graph. */
     ok = step_agree(&sr, ok);

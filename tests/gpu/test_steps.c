@@ -8,7 +8,9 @@
  * also copies one chunk late. A fast rank is then overwriting its shard or vector for the next
  * step while the slow one may still be reading the current one: the closing barriers must hold it
  * back. In pull plans that rank also reads its peers' shards late (its kernel's producers start
- * after half the delay). Every step's result is checked exactly at the end. Every backend of the
+ * after half the delay), and in the row-parallel matmuls' fused plans its GEMM starts after half
+ * the delay (its peers' sums must wait for its tiles, their next stores for its done word). Every
+ * step's result is checked exactly at the end. Every backend of the
  * library's table runs, on every shape of its operation (gpu_step_cases).
  *
  * Two streams: steps alternate between two streams of the rank, with nothing ordering them but
@@ -25,6 +27,7 @@
 
 #include "backends/ag_matmul_fused.h"
 #include "backends/ag_matmul_pull.h"
+#include "backends/matmul_reduce_fused.h"
 #include "core/numeric.h"
 #include "gpu_tests.h"
 #include "world/world.h"
@@ -57,6 +60,7 @@ static agmm_status steps_rank(agmm_ctx *ctx, void *arg)
     const int ag = j->sc->op == AGMM_OP_AG_MATMUL;
     const int fused = ag && strcmp(j->sc->backend, "fused") == 0 && W > 1;
     const int pull = ag && strcmp(j->sc->backend, "pull") == 0 && W > 1;
+    const int mr_fused = !ag && strcmp(j->sc->backend, "fused") == 0 && W > 1;
     j->res.ok[rank] = 1;
     cudaStream_t s[2] = {NULL, NULL};
     step_rank sr;
@@ -89,6 +93,9 @@ static agmm_status steps_rank(agmm_ctx *ctx, void *arg)
             ok = gpu_rank_fail(&j->res, rank, "copy delay: %s", agmm_last_error(ctx));
         if (ok && pull && agmm_pull_set_delay(sr.plan, slow == rank ? (int64_t)delay_ns / 2 : 0) != AGMM_SUCCESS)
             ok = gpu_rank_fail(&j->res, rank, "pull delay: %s", agmm_last_error(ctx));
+        if (ok && mr_fused &&
+            agmm_mr_fused_set_delay(sr.plan, slow == rank ? (int64_t)delay_ns / 2 : 0, 0) != AGMM_SUCCESS)
+            ok = gpu_rank_fail(&j->res, rank, "fused GEMM delay: %s", agmm_last_error(ctx));
         ok = ok && step_enqueue(&sr, i, st) == AGMM_SUCCESS;
     }
     if (ok && cudaStreamSynchronize(s[1]) != cudaSuccess)
