@@ -38,6 +38,7 @@ typedef struct {
     int64_t n;
     int k_blocks;           /* ceil(k / 64); the K tail is zero-filled by TMA */
     uint64_t delay_ns;      /* test hook: each producer starts its loads this late (0: none) */
+    int share_b;            /* clusters of 2: every pair of tiles shares its B tile (plan.c, pair_grid) */
     /* Split-tail (SK) configs only: tiles from sk_first on are cut into sk_split K pieces, reduced
      * through sk_ws (fp32 partials) and sk_ctr (arrival counters, zero between runs). */
     int64_t sk_first;

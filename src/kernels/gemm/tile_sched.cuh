@@ -10,8 +10,13 @@
  * v % sk_split of tile sk_first + v / sk_split, K blocks [piece*KB/split, (piece+1)*KB/split).
  *
  * Clusters of 2 (CL = 2): CTA rank r = idx & 1; the pair's tiles idx, idx ^ 1 are vertically
- * adjacent in the grouped order, and when both exist and have the same columns they share B
- * (b_loader.cuh: each CTA loads half and multicasts it to both). */
+ * adjacent in the grouped order, and they share B (b_loader.cuh: each CTA loads half and
+ * multicasts it to both) when every pair of the schedule does: both exist and have the same
+ * columns (the host's share_b). All or none, because a producer that multicasts into its
+ * partner's slot learns that the partner's consumers are done with it only through their remote
+ * arrivals at the slot's previous use (ring.cuh): a use that shares after one that did not would
+ * refill the partner's slot while its consumers may still read it (seen under compute-sanitizer's
+ * racecheck on the H200, 2026-12-03: a wrong C at 300x264x136, where pairs straddle a column). */
 #ifndef AGMM_KERNELS_GEMM_TILE_SCHED_CUH
 #define AGMM_KERNELS_GEMM_TILE_SCHED_CUH
 
@@ -44,14 +49,11 @@ struct tile_walk {
     {
     }
 
-    /* Whether tile idx shares its B tile with the partner CTA's tile idx ^ 1. */
+    /* Whether tile idx shares its B tile with the partner CTA's tile idx ^ 1: every pair or none
+     * (header comment). */
     __device__ __forceinline__ int shares_b(int64_t idx, const agmm_tile &t) const
     {
-        if (Cfg::CL == 1 || (idx | 1) >= ntiles)
-            return 0;
-        agmm_tile o;
-        agmm_sched_tile(&p.sched, idx ^ 1, &o);
-        return o.col0 == t.col0;
+        return Cfg::CL == 2 && p.share_b;
     }
 
     /* Unit u < nunits. */
