@@ -24,7 +24,7 @@
 typedef struct agmm_ext_gemm agmm_ext_gemm;
 
 typedef enum {
-    AGMM_EXT_GEMM_LIBRARY = 0, /* cuBLASLt (heuristic's first algorithm) on GPUs; the CPU GEMM */
+    AGMM_EXT_GEMM_LIBRARY = 0, /* cuBLASLt (gemm_lt.h: timed on a GPU of its own) on GPUs; the CPU GEMM */
     AGMM_EXT_GEMM_ENGINE       /* agmm's GEMM engine (GPUs only) */
 } agmm_ext_gemm_kind;
 

@@ -2,9 +2,24 @@
 #ifdef AGMM_HAVE_CUDA
 #include "gemm_lt.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 
+#include "../core/knobs.h"
 #include "../world/gpu_check.h"
+
+/* The timed choice (gemm_lt.h): how many of the heuristic's algorithms are timed (on the H200 it
+ * offers 8 for every seed and model shape, and the fastest of them was the fastest of 16 asked
+ * for), the runs of each (fewer for long products), and the gain that replaces the heuristic's
+ * first: near-ties keep it, so that the choice does not flip between processes on noise. */
+#define TIMED_CANDIDATES 8
+#define TIMED_RUNS 3
+#define TIMED_LONG_US 2000.0
+#define TIMED_MIN_GAIN 0.01
+/* Scratch operands for timing at most a quarter of the device's free memory. */
+#define TIMED_FREE_SHARE 4
+/* Choices remembered per process: a plan's GEMMs of one shape are timed once. */
+#define MEMO_MAX 256
 
 struct agmm_gemm_lt {
     cublasLtHandle_t lt;
@@ -13,6 +28,8 @@ struct agmm_gemm_lt {
     cublasLtMatmulAlgo_t algo;
     size_t workspace_bytes;
     int64_t rows, n, k;
+    agmm_layout layout;
+    unsigned align;
 };
 
 unsigned agmm_gemm_lt_align(uint64_t bytes)
@@ -74,6 +91,195 @@ static int pick_algo(const agmm_gemm_lt *g, const cublasLtMatmulHeuristicResult_
     return 0;
 }
 
+/* ---- the timed choice ---- */
+
+typedef struct {
+    int device;
+    int64_t rows, n, k;
+    agmm_layout layout;
+    unsigned align;
+    size_t workspace_bytes;
+    cublasLtMatmulAlgo_t algo;
+} memo;
+
+static pthread_mutex_t memo_mu = PTHREAD_MUTEX_INITIALIZER;
+static memo memos[MEMO_MAX];
+static int nmemos;
+
+static int memo_same(const memo *m, const memo *key)
+{
+    return m->device == key->device && m->rows == key->rows && m->n == key->n && m->k == key->k &&
+           m->layout == key->layout && m->align == key->align && m->workspace_bytes == key->workspace_bytes;
+}
+
+/* 1 and key->algo set where this process already chose for key's GEMM. */
+static int memo_find(memo *key)
+{
+    int found = 0;
+    pthread_mutex_lock(&memo_mu);
+    for (int i = 0; i < nmemos && !found; i++)
+        if (memo_same(&memos[i], key)) {
+            key->algo = memos[i].algo;
+            found = 1;
+        }
+    pthread_mutex_unlock(&memo_mu);
+    return found;
+}
+
+static void memo_add(const memo *m)
+{
+    pthread_mutex_lock(&memo_mu);
+    int i = 0;
+    while (i < nmemos && !memo_same(&memos[i], m))
+        i++;
+    if (i < MEMO_MAX) {
+        memos[i] = *m;
+        if (i == nmemos)
+            nmemos++;
+    }
+    pthread_mutex_unlock(&memo_mu);
+}
+
+/* Median of n (<= TIMED_RUNS) in place. */
+static float median(float *v, int n)
+{
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+            float t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    return v[n / 2];
+}
+
+/* Times candidate `algo` on the scratch operands: one warm-up run, then `runs` runs each between
+ * two events; the median in microseconds, or a negative number where cuBLASLt refused it. */
+static float time_algo(const agmm_gemm_lt *g, const cublasLtMatmulAlgo_t *algo, const char *a, const char *b, char *c,
+                       void *workspace, cudaStream_t s, cudaEvent_t ev[2], int runs)
+{
+    const float one = 1.0f, zero = 0.0f;
+    float us[TIMED_RUNS];
+    for (int r = -1; r < runs; r++) {
+        if (r >= 0 && cudaEventRecord(ev[0], s) != cudaSuccess)
+            return -1;
+        if (cublasLtMatmul(g->lt, g->desc, &one, b, g->lay_b, a, g->lay_a, &zero, c, g->lay_c, c, g->lay_c, algo,
+                           workspace, g->workspace_bytes, s) != CUBLAS_STATUS_SUCCESS)
+            return -1;
+        if (r < 0)
+            continue;
+        float ms = 0;
+        if (cudaEventRecord(ev[1], s) != cudaSuccess || cudaEventSynchronize(ev[1]) != cudaSuccess ||
+            cudaEventElapsedTime(&ms, ev[0], ev[1]) != cudaSuccess)
+            return -1;
+        us[r] = ms * 1000.0f;
+    }
+    return median(us, runs);
+}
+
+/* Among the heuristic's successful results, the fastest on this device, timed on scratch operands
+ * of bytes 0x3c (bf16 ~0.0115: finite and non-zero, like tune.c's). Returns the index, or `first`
+ * where timing cannot run (scratch over its share of free memory, any CUDA failure: timing is an
+ * optimisation, never a reason to fail a plan; the failure's error is cleared). */
+static int timed_pick(const agmm_gemm_lt *g, const cublasLtMatmulHeuristicResult_t *res, int found, int first)
+{
+    /* Each operand at a 256-byte boundary, A and C then offset to the planned alignment so that no
+     * candidate is timed on pointers better aligned than its runs will get. */
+    const size_t off = g->align < 16 ? g->align : 0;
+    const size_t a_bytes = (size_t)(g->rows * g->k) * 2, b_bytes = (size_t)(g->k * g->n) * 2;
+    const size_t c_bytes = (size_t)(g->rows * g->n) * 2;
+    const size_t b_at = (off + a_bytes + 255) / 256 * 256, c_at = b_at + (b_bytes + 255) / 256 * 256;
+    const size_t w_at = (c_at + off + c_bytes + 255) / 256 * 256, total = w_at + g->workspace_bytes;
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess || total > free_b / TIMED_FREE_SHARE) {
+        (void)cudaGetLastError();
+        return first;
+    }
+    int pick = first;
+    char *scratch = NULL;
+    cudaStream_t s = NULL;
+    cudaEvent_t ev[2] = {NULL, NULL};
+    if (cudaMalloc((void **)&scratch, total) != cudaSuccess ||
+        cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaEventCreate(&ev[0]) != cudaSuccess || cudaEventCreate(&ev[1]) != cudaSuccess ||
+        cudaMemsetAsync(scratch, 0x3c, total, s) != cudaSuccess)
+        goto done;
+    char *a = scratch + off, *b = scratch + b_at, *c = scratch + c_at + off, *ws = scratch + w_at;
+    float first_us = time_algo(g, &res[first].algo, a, b, c, ws, s, ev, 1);
+    if (first_us < 0)
+        goto done;
+    const int runs = first_us > TIMED_LONG_US ? 1 : TIMED_RUNS;
+    float best_us = time_algo(g, &res[first].algo, a, b, c, ws, s, ev, runs);
+    if (best_us < 0)
+        goto done;
+    first_us = best_us;
+    for (int i = first + 1; i < found; i++) {
+        if (res[i].state != CUBLAS_STATUS_SUCCESS || res[i].workspaceSize > g->workspace_bytes)
+            continue;
+        float us = time_algo(g, &res[i].algo, a, b, c, ws, s, ev, runs);
+        if (us > 0 && us < best_us && us < first_us * (1.0f - (float)TIMED_MIN_GAIN)) {
+            best_us = us;
+            pick = i;
+        }
+    }
+done:
+    if (s)
+        cudaStreamSynchronize(s);
+    (void)cudaGetLastError();
+    if (ev[0])
+        cudaEventDestroy(ev[0]);
+    if (ev[1])
+        cudaEventDestroy(ev[1]);
+    if (s)
+        cudaStreamDestroy(s);
+    cudaFree(scratch);
+    (void)cudaGetLastError();
+    return pick;
+}
+
+/* AGMM_LT_TUNE: 1 unless set to 0 (a bad value was refused at world creation). */
+static int timing_wanted(void)
+{
+    agmm_knob_value v;
+    agmm_error ignored = {0};
+    agmm_knob_read(AGMM_KNOB_LT_TUNE, &v, &ignored);
+    return v.choice != 0;
+}
+
+/* g->algo: the memo's choice for g's GEMM, else the heuristic's (pick_algo) or, on a device of
+ * its own with AGMM_LT_TUNE on, the fastest of its first TIMED_CANDIDATES (timed_pick). */
+static agmm_status choose_algo(agmm_gemm_lt *g, cublasLtMatmulPreference_t pref, int shared_device, agmm_error *err)
+{
+    agmm_status st = AGMM_SUCCESS;
+    memo key = {.rows = g->rows, .n = g->n, .k = g->k, .layout = g->layout, .align = g->align,
+                .workspace_bytes = g->workspace_bytes};
+    const int timed = !shared_device && timing_wanted() && cudaGetDevice(&key.device) == cudaSuccess;
+    if (timed && memo_find(&key)) {
+        g->algo = key.algo;
+        return AGMM_SUCCESS;
+    }
+    cublasLtMatmulHeuristicResult_t res[TIMED_CANDIDATES];
+    int found = 0;
+    AGMM_LT_TRY(st, err,
+                cublasLtMatmulAlgoGetHeuristic(g->lt, g->desc, g->lay_b, g->lay_a, g->lay_c, g->lay_c, pref,
+                                               shared_device || timed ? TIMED_CANDIDATES : 1, res, &found));
+    if (pick_algo(g, res, found, shared_device, &g->algo) < 0)
+        return AGMM_FAIL(err, AGMM_ERR_CUBLAS,
+                         "cuBLASLt has no bf16 algorithm for C(%lld x %lld) = A(%lld x %lld) * B (%s, %u-byte "
+                         "aligned A/C pointers)",
+                         (long long)g->rows, (long long)g->n, (long long)g->rows, (long long)g->k,
+                         g->layout == AGMM_LAYOUT_COL_MAJOR ? "column-major" : "row-major", g->align);
+    if (timed) { /* pick_algo found a success, so the loop ends */
+        int first = 0;
+        while (res[first].state != CUBLAS_STATUS_SUCCESS)
+            first++;
+        g->algo = res[timed_pick(g, res, found, first)].algo;
+        key.algo = g->algo;
+        memo_add(&key);
+    }
+fail:
+    return st;
+}
+
 agmm_status agmm_gemm_lt_create(agmm_gemm_lt **out, cublasLtHandle_t lt, int64_t rows, int64_t n, int64_t k,
                                 agmm_layout b_layout, unsigned align_bytes, size_t workspace_bytes,
                                 int shared_device, agmm_error *err)
@@ -89,6 +295,8 @@ agmm_status agmm_gemm_lt_create(agmm_gemm_lt **out, cublasLtHandle_t lt, int64_t
     g->rows = rows;
     g->n = n;
     g->k = k;
+    g->layout = b_layout;
+    g->align = align_bytes;
     cublasOperation_t op_b = b_layout == AGMM_LAYOUT_COL_MAJOR ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t op_a = CUBLAS_OP_N;
     AGMM_LT_TRY(st, err, cublasLtMatmulDescCreate(&g->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -114,19 +322,7 @@ agmm_status agmm_gemm_lt_create(agmm_gemm_lt **out, cublasLtHandle_t lt, int64_t
                                                               &align_ac, sizeof align_ac));
     AGMM_LT_TRY(st, err, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                               &align_ac, sizeof align_ac));
-    cublasLtMatmulHeuristicResult_t res[8];
-    int found = 0;
-    AGMM_LT_TRY(st, err,
-                cublasLtMatmulAlgoGetHeuristic(lt, g->desc, g->lay_b, g->lay_a, g->lay_c, g->lay_c, pref,
-                                               shared_device ? 8 : 1, res, &found));
-    if (pick_algo(g, res, found, shared_device, &g->algo) < 0) {
-        st = AGMM_FAIL(err, AGMM_ERR_CUBLAS,
-                       "cuBLASLt has no bf16 algorithm for C(%lld x %lld) = A(%lld x %lld) * B (%s, %u-byte aligned "
-                       "A/C pointers)",
-                       (long long)rows, (long long)n, (long long)rows, (long long)k,
-                       b_layout == AGMM_LAYOUT_COL_MAJOR ? "column-major" : "row-major", align_bytes);
-        goto fail;
-    }
+    AGMM_TRY(st, choose_algo(g, pref, shared_device, err));
     cublasLtMatmulPreferenceDestroy(pref);
     *out = g;
     return AGMM_SUCCESS;

@@ -1,7 +1,7 @@
 /* A small cuBLASLt wrapper for the row-major GEMMs of the nccl and ce backends (internal):
  *   C (rows x n, row-major bf16) = A (rows x k, row-major bf16) * B (k x n in b_layout),
  * fp32 accumulation, alpha 1, beta 0. Everything cuBLASLt needs is made at plan time
- * (descriptors, layouts, the heuristic's pick); agmm_gemm_lt_run only enqueues the product.
+ * (descriptors, layouts, the algorithm: below); agmm_gemm_lt_run only enqueues the product.
  *
  * In cuBLAS (column-major) terms C^T = B^T A^T: m = n, n = rows, k = k; the first operand is
  * the B buffer (COL_MAJOR: B^T is N x K contiguous = K x N column-major with ld = K, op T;
@@ -29,7 +29,13 @@ typedef struct agmm_gemm_lt agmm_gemm_lt;
  * such a cluster needs that many free SMs in one GPC, which peers' spinning blocks, spread over
  * every GPC, can deny for good (seen on the H200: cuBLAS's 8-CTA clusters at 512^3 never started
  * under 3 peers' all-reduce blocks, a timeout). Statuses: AGMM_ERR_CUBLAS (incl. no algorithm
- * found). */
+ * found). On a GPU of its own (shared_device 0) the algorithm is timed: cuBLASLt's heuristic
+ * offers up to 8, and its first was up to 9% slower than the fastest of them on the H200's seed and
+ * model shapes (18% at 256^3), so each is run on scratch operands of the plan's shape and the
+ * fastest kept (where it gains 1% or more; once per shape in a process; AGMM_LT_TUNE=0 turns it
+ * off). That costs the plan a few milliseconds and, for the largest shapes, ~0.1 s, and scratch
+ * memory of the operands' size (skipped where over a quarter of the free memory). Products of one
+ * shape may then differ in their last bits between processes; not within one. */
 agmm_status agmm_gemm_lt_create(agmm_gemm_lt **out, cublasLtHandle_t lt, int64_t rows, int64_t n, int64_t k,
                                 agmm_layout b_layout, unsigned align_bytes, size_t workspace_bytes,
                                 int shared_device, agmm_error *err);

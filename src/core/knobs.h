@@ -42,6 +42,9 @@ typedef enum {
       "counts")                                                                                                        \
     X(TUNE_RUNS, AGMM_KNOB_INTEGER, "20", "runs", 1, 1000,                                                             \
       "the most timed runs of each candidate auto measures; rank 0's value counts")                                    \
+    X(LT_TUNE, AGMM_KNOB_CHOICE, "1", "0|1", 0, 0,                                                                  \
+      "whether a plan's cuBLASLt GEMMs time cuBLASLt's first 8 algorithms on a GPU of their own and keep the "        \
+      "fastest (1; once per shape and process) or take its heuristic's first (0: the same algorithm every run)")     \
     X(FAULT, AGMM_KNOB_TEXT, "none", "rank=R,at=POINT,action=ACTION[,ms=N]", 0, 0,                                    \
       "injects a fault into one rank, for tests (README, \"Fault injection\")")                                       \
     X(JOB_ID, AGMM_KNOB_TEXT, "the launcher's job", "any text", 0, 0,                                                 \

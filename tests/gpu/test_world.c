@@ -103,6 +103,9 @@ static agmm_status heap_rank(agmm_ctx *ctx, void *arg)
     RANK_CUDA(res, rank, cudaMallocHost((void **)&h_vals, rounds * 4));
     RANK_CUDA(res, rank, cudaMalloc((void **)&d_seen, (size_t)rounds * AGMM_MAX_RANKS * 4));
     RANK_CUDA(res, rank, cudaMallocHost((void **)&h_seen, (size_t)rounds * AGMM_MAX_RANKS * 4));
+    /* Poisoned: a round reads nranks of its AGMM_MAX_RANKS slots, and the whole table comes back
+     * (compute-sanitizer initcheck flagged the unwritten slots' copy on the H200). */
+    RANK_CUDA(res, rank, cudaMemsetAsync(d_seen, 0xff, (size_t)rounds * AGMM_MAX_RANKS * 4, s));
     RANK_AGMM(res, ctx, agmm_host_barrier(ctx));
     RANK_AGMM(res, ctx, agmm_symm_alloc(ctx, words * 4, &buf));
     for (size_t i = 0; i < words; i++)
