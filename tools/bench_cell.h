@@ -1,0 +1,97 @@
+/* One cell of agmm-bench's sweep (a row and a backend) and what every operation's rows share:
+ * seeded inputs, the cell's verdict merged across ranks, busy spells and phases, timing eager runs
+ * and graph replays (bench_cell.c). Each operation's rows are a row kind in a file of their own
+ * (bench_row_*.c), listed in bench_run.c's table. */
+#ifndef AGMM_TOOLS_BENCH_CELL_H
+#define AGMM_TOOLS_BENCH_CELL_H
+
+#include "bench.h"
+#include "bench_mem.h"
+
+/* Tolerances: bf16 outputs carry ~2^-9 relative rounding; fp32 sums only reordering. */
+#define CELL_TOL_BF16 1e-2
+#define CELL_TOL_F32 1e-5
+
+typedef struct bench_row_kind bench_row_kind;
+
+typedef struct {
+    agmm_ctx *ctx;
+    bench_results *res;
+    bench_dev *dev;
+    const bench_row_kind *kind;  /* the rows' operation */
+    int rank, nranks, row, bi;
+} cell_job;
+
+/* An operation's rows. A new operation's rows are a file defining one of these and a line in
+ * bench_run.c's table. */
+struct bench_row_kind {
+    agmm_op op;
+    /* One cell, row j->row with backend j->bi: plan, fill fresh inputs, poison the outputs, run
+     * once, check against the reference, time (cell_time_plan, cell_time_graph). Collective: a
+     * rank whose plan or buffers failed still walks the whole cell, so every rank meets the same
+     * barriers in the same order. */
+    void (*run)(cell_job *j);
+    /* One enqueue of the plan on `stream` with its io (the operation's agmm_<op>_io). */
+    agmm_status (*launch)(agmm_plan *plan, const void *io, void *stream);
+    /* What one rank of row `row` allocates at most, in bytes: host buffers (inputs, downloads,
+     * the reference's scratch) and device buffers (outputs, and the plan's symmetric input,
+     * which the library checks on its own too); with `plain_gemm`, rank 0's plain GEMM, which
+     * first allocates its own shape. */
+    void (*need)(const bench_results *r, int row, int plain_gemm, uint64_t *host, uint64_t *device);
+    /* The rows of the plain GEMM each rank's work holds (its N and K are the row's), timed beside
+     * the backends for the overlap columns; NULL for an operation without a GEMM. */
+    int64_t (*gemm_rows)(const bench_results *r, const bench_row *row);
+};
+
+/* The row kinds (bench_row_*.c). */
+extern const bench_row_kind bench_row_ag_matmul, bench_row_all_reduce, bench_row_matmul_reduce_scatter,
+    bench_row_matmul_all_reduce, bench_row_all_reduce_rmsnorm;
+
+/* An output a graph replay must reproduce: its device buffer, and the eager run's result on the
+ * host (already checked against the reference). */
+typedef struct {
+    void *dev;
+    const void *host;
+    size_t count;      /* elements */
+    agmm_dtype dtype;
+    int exact;         /* 1: bit for bit (the gathered A); 0: within the cell's tolerance (a sum may
+                          be added in another order by NCCL inside a graph) */
+} cell_output;
+
+/* The seed of input `what` of rank `rank` in row `row`, backend `backend`: fresh per cell. */
+uint64_t cell_seed(int row, int backend, int rank, int what);
+/* count values uniform in [-1, 1) of the stream `seed`, as bf16 or fp32. */
+void cell_fill_bf16(uint16_t *x, size_t count, uint64_t seed);
+void cell_fill_f32(float *x, size_t count, uint64_t seed);
+
+/* Marks the cell failed (the first failure's note is kept); returns 0 for `ok = cell_fail(...)`. */
+int cell_fail(cell_job *j, cell_state state, const char *what);
+/* No rank has failed this cell so far. Read after a barrier, every rank sees the same answer. */
+int cell_ok(cell_job *j);
+/* Every rank's verdict on the cell, the same on every rank (bench_sync_cell). Collective: deciding
+ * collective work on a plain cell_ok() could differ between ranks and leave one at a barrier. */
+int cell_agreed_ok(cell_job *j);
+/* Merges one rank's check into the cell: the worst error, exactness on every rank. */
+void cell_record_check(cell_job *j, double err, int exact);
+/* The library's last error, else the device shim's, else `fallback`. */
+const char *cell_why(cell_job *j, const char *fallback);
+
+/* Rank 0: what the cell does now, for the progress lines. */
+void cell_phase(cell_job *j, const char *what);
+/* Work this rank does alone, up to cell_solo_end: no meeting may start inside it. */
+void cell_solo_begin(cell_job *j, const char *what);
+void cell_solo_end(cell_job *j);
+/* The auto column's plan: what it chose (rank 0's record; every rank chose alike). */
+void cell_note_auto(cell_job *j, const agmm_plan *plan);
+
+/* One run of the cell's plan (the kind's launch on the rank's stream). */
+agmm_status cell_run_once(cell_job *j, agmm_plan *plan, const void *io);
+/* Warm-up, agreement and timed runs of the plan: rank 0's times go into the cell. Collective;
+ * `go` (the same on every rank) says whether to time at all. */
+void cell_time_plan(cell_job *j, agmm_plan *plan, const void *io, int go);
+/* --graph: capture one run of the plan into a CUDA graph on every rank, check that a replay
+ * reproduces the eager run's `outs`, then (unless --check) time replays as the graph figures.
+ * Collective; `go` is the same on every rank. */
+void cell_time_graph(cell_job *j, agmm_plan *plan, const void *io, const cell_output *outs, int nouts, int go);
+
+#endif
