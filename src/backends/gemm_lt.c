@@ -196,10 +196,14 @@ static int timed_pick(const agmm_gemm_lt *g, const cublasLtMatmulHeuristicResult
     }
     int pick = first;
     char *scratch = NULL;
-    cudaStream_t s = NULL;
+    /* The legacy default stream, not a stream of our own: on the H200, creating and destroying one
+     * here made ag_matmul's ce and fused at W = 1 1.5-2 us slower in every later run (docs/results,
+     * fourth session), with CUDA_DEVICE_MAX_CONNECTIONS 8 or 32; our guess is that it moves the
+     * round-robin that gives streams their hardware queues, so that the copy stream then shares the
+     * caller's. Plan creation waits for the device anyway. */
+    cudaStream_t s = 0;
     cudaEvent_t ev[2] = {NULL, NULL};
     if (cudaMalloc((void **)&scratch, total) != cudaSuccess ||
-        cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess ||
         cudaEventCreate(&ev[0]) != cudaSuccess || cudaEventCreate(&ev[1]) != cudaSuccess ||
         cudaMemsetAsync(scratch, 0x3c, total, s) != cudaSuccess)
         goto done;
@@ -222,15 +226,12 @@ static int timed_pick(const agmm_gemm_lt *g, const cublasLtMatmulHeuristicResult
         }
     }
 done:
-    if (s)
-        cudaStreamSynchronize(s);
+    cudaStreamSynchronize(s);
     (void)cudaGetLastError();
     if (ev[0])
         cudaEventDestroy(ev[0]);
     if (ev[1])
         cudaEventDestroy(ev[1]);
-    if (s)
-        cudaStreamDestroy(s);
     cudaFree(scratch);
     (void)cudaGetLastError();
     return pick;
