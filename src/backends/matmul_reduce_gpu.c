@@ -161,6 +161,10 @@ agmm_status agmm_mr_gpu_create(agmm_plan *plan, unsigned what, int64_t kernel_el
     x->sum_grid = grid_for(kernel_elems, 4 * agmm_ctx_gpu(ctx)->num_sms);
     if (what & AGMM_MR_GPU_STAGE) {
         AGMM_CUDA_TRY(st, err, cudaMalloc(&x->stage, (size_t)s.nranks * s.slot_bytes));
+        /* Each run's GEMM writes a block before its copy reads it. Zeroed once only for
+         * compute-sanitizer: initcheck does not see the stores of cuBLASLt's larger kernels and
+         * flags the copy (docs/architecture.md, "Sanitizers"). */
+        AGMM_CUDA_TRY(st, err, cudaMemset(x->stage, 0, (size_t)s.nranks * s.slot_bytes));
         AGMM_CUDA_TRY(st, err, cudaEventCreateWithFlags(&x->ev_in, cudaEventDisableTiming));
         AGMM_CUDA_TRY(st, err, cudaEventCreateWithFlags(&x->ev_block, cudaEventDisableTiming));
         AGMM_CUDA_TRY(st, err, cudaEventCreateWithFlags(&x->ev_done, cudaEventDisableTiming));

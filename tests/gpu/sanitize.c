@@ -70,6 +70,9 @@ static const struct {
     {"steps", INITCHECK,
      "initcheck checks every copy's source, and the emulated W = 4 steps did not finish within its 3 minutes "
      "(H200, 2026-12-03: its W = 1 part passed, W = 4 still running at 180 s, no report)"},
+    {"two_streams", INITCHECK,
+     "two ranks' barriers on one GPU did not meet under initcheck (H200, 2026-12-03 and 12-04: ag_matmul/ce at "
+     "W = 2 timed out after 60 s waiting for rank 1, both times; every other case passed with 0 errors)"},
 };
 
 static unsigned tool_bit(const char *tool)
