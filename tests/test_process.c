@@ -270,7 +270,8 @@ static int arn_copy(void *dst, const void *src, size_t bytes, void *stream) { re
  * checks: arn_check.h). */
 static void test_arn_shapes(const char *backend)
 {
-    const arn_dev dev = {dev_alloc, dev_free, arn_copy, NULL};
+    /* The rank's own stream: ranks sharing a GPU may not run on the legacy default stream. */
+    const arn_dev dev = {dev_alloc, dev_free, arn_copy, P.stream};
     const arn_case cases[] = {
         {1, 8, 1e-5, 1, 1, 0, 0, 1},
         {2 * P.nranks + 1, 264, 1e-5, 1, 1, 0, 0, 1},
