@@ -5,10 +5,11 @@
  *
  *   make initcheck-lab && compute-sanitizer --tool initcheck build/initcheck-lab
  *
- * H200, 2026-12-04 (docs/results; run as a first draft of this program, the same steps): every byte of C copied after the GEMMs of 256^3, 1000x136x64
- * and 1024^3 was reported uninitialised (78132 reports of 32 bytes: all of the three), none after
- * 12x114x64 and 8x171x64, none for the control: the tool misses the stores of cuBLASLt's larger
- * kernels, so a copy of a GEMM's output from memory never written otherwise is a false report. */
+ * H200, 2026-12-04 (docs/results; run as a first draft of this program, the same steps): every
+ * byte of C copied after the GEMMs of 256^3, 1000x136x64 and 1024^3 was reported uninitialised
+ * (78132 reports of 32 bytes: all of the three), none after 12x114x64 and 8x171x64, none for the
+ * control: the tool misses the stores of cuBLASLt's larger kernels, so a copy of a GEMM's output
+ * from memory never written otherwise is a false report. */
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
