@@ -40,8 +40,9 @@ static agmm_status nccl_exchange(agmm_ctx *ctx, uint32_t tag, const void *mine, 
     if (bytes)
         memcpy(h->host[0].data, mine, bytes);
     AGMM_CUDA_TRY(st, &ctx->err, cudaSetDevice(w->device_of[0]));
-    if (ctx->gpu != NULL && ctx->gpu->last_run_recorded)
-        AGMM_CUDA_TRY(st, &ctx->err, cudaStreamWaitEvent(h->stream, ctx->gpu->last_run, 0));
+    cudaEvent_t ev[2];
+    for (int i = 0, n = ctx->gpu != NULL ? agmm_gpu_run_events(ctx->gpu, ev) : 0; i < n; i++)
+        AGMM_CUDA_TRY(st, &ctx->err, cudaStreamWaitEvent(h->stream, ev[i], 0));
     AGMM_CUDA_TRY(st, &ctx->err, cudaMemcpyAsync(h->dev, h->host, sizeof *h->host, cudaMemcpyHostToDevice, h->stream));
     ncclResult_t r = ncclAllGather(h->dev, h->dev + 1, sizeof *h->dev, ncclChar, comm, h->stream);
     if (r != ncclSuccess && r != ncclInProgress)

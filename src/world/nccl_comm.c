@@ -316,15 +316,19 @@ agmm_status agmm_nccl_wait_work(agmm_ctx *ctx)
     agmm_status st = AGMM_SUCCESS;
     agmm_gpu_rank *g = ctx->gpu;
     const int64_t start = now_ns(), deadline = start + (int64_t)(ctx->info.timeout_s * 1e9);
+    cudaEvent_t ev[2];
+    const int nev = agmm_gpu_run_events(g, ev);
     for (;;) {
-        cudaError_t run = g->last_run_recorded ? cudaEventQuery(g->last_run) : cudaSuccess;
-        cudaError_t copy = cudaStreamQuery(g->copy_stream);
-        if (run == cudaSuccess && copy == cudaSuccess)
+        int pending = 0;
+        for (int i = 0; i <= nev; i++) {
+            cudaError_t q = i < nev ? cudaEventQuery(ev[i]) : cudaStreamQuery(g->copy_stream);
+            if (q == cudaErrorNotReady)
+                pending = 1;
+            else
+                AGMM_CUDA_TRY(st, &ctx->err, q);
+        }
+        if (!pending)
             return AGMM_SUCCESS;
-        if (run != cudaErrorNotReady && run != cudaSuccess)
-            AGMM_CUDA_TRY(st, &ctx->err, run);
-        if (copy != cudaErrorNotReady && copy != cudaSuccess)
-            AGMM_CUDA_TRY(st, &ctx->err, copy);
         ncclResult_t state = ncclSuccess;
         if (ncclCommGetAsyncError(g->nccl_comm, &state) == ncclSuccess && state != ncclSuccess &&
             state != ncclInProgress)

@@ -50,9 +50,10 @@ typedef struct agmm_gpu_rank {
     int num_sms;                       /* SMs of the device */
     agmm_cu_stream_write_value32_fn write_value32;  /* NULL where the driver lacks them */
     agmm_cu_stream_wait_value32_fn wait_value32;
-    cudaEvent_t last_run;              /* recorded by agmm_gpu_note_run on the caller's stream */
+    cudaEvent_t last_run;              /* recorded by agmm_gpu_note_run after each eager run */
     int last_run_recorded;
-    cudaStream_t last_run_stream;      /* where the last eager record was made */
+    cudaStream_t last_run_stream;      /* the stream of that record */
+    cudaEvent_t last_replay;           /* recorded by each replay of a graph that captured a run */
     int captured;                      /* a run of this rank was ever captured into a graph */
     agmm_vmm_api vmm;                  /* loaded where ranks are processes sharing a GPU */
     CUdevice cu_device;
@@ -79,18 +80,24 @@ agmm_status agmm_gpu_check_dev_error(agmm_ctx *ctx);
 
 /* Every backend's GPU run ends with this: records the point agmm_ctx_sync waits for where ranks
  * share a device (a device-wide sync there would also wait for peers' barriers that wait for us),
- * and which the rank's next run is ordered after (agmm_gpu_order_run). While `stream` is being
- * captured into a CUDA graph the record is a node of the graph: every replay records it. */
+ * and which the rank's next run is ordered after (agmm_gpu_order_run): last_run after an eager
+ * run; while `stream` is being captured into a CUDA graph, last_replay, as a node of the graph
+ * that every replay records. */
 agmm_status agmm_gpu_note_run(agmm_ctx *ctx, cudaStream_t stream);
 
 /* Orders a run about to be enqueued on `stream` after the rank's previous run, whatever stream
  * that one was on: a rank's runs never overlap on the device (a plan's device state, its epochs
  * and flags, assumes it). Nothing while `stream` is being captured: a graph cannot wait for work
- * outside it, so a replay is ordered by the stream it is launched on (agmm.h). Nothing either
- * when the previous run was enqueued eagerly on this same stream and no run of the rank was ever
- * captured (so no replay can have recorded the event since): stream order is the order then, and
- * the wait, which cost about 1.2 us of device time per run on an H200, would add nothing. */
+ * outside it, so a replay is ordered by the stream it is launched on (agmm.h). An eager run waits
+ * for the last eager run only when that was on another stream (stream order suffices on the same
+ * one), and for the last replay only while that is still pending: each wait costs about 1.2 us
+ * of device time per run on an H200, and before replays had an event of their own every eager run
+ * after a capture paid it. */
 agmm_status agmm_gpu_order_run(agmm_ctx *ctx, cudaStream_t stream);
+
+/* The events that mark the rank's last runs, eager and replayed, for the waits that must cover
+ * all of its work (agmm_ctx_sync, the host exchange over NCCL); returns how many (0..2). */
+int agmm_gpu_run_events(const agmm_gpu_rank *g, cudaEvent_t ev[2]);
 
 /* Rejects the legacy default stream where ranks share a device: it serialises their streams, so
  * a barrier would wait for a peer queued behind it. Use one non-blocking stream per rank there. */

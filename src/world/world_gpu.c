@@ -361,6 +361,7 @@ agmm_status agmm_gpu_rank_create(agmm_ctx *ctx)
     /* Non-blocking: never serialised behind the legacy default stream (emulated ranks share it). */
     AGMM_CUDA_TRY(st, &ctx->err, cudaStreamCreateWithPriority(&g->copy_stream, cudaStreamNonBlocking, greatest));
     AGMM_CUDA_TRY(st, &ctx->err, cudaEventCreateWithFlags(&g->last_run, cudaEventDisableTiming));
+    AGMM_CUDA_TRY(st, &ctx->err, cudaEventCreateWithFlags(&g->last_replay, cudaEventDisableTiming));
     AGMM_LT_TRY(st, &ctx->err, cublasLtCreate(&g->lt));
     AGMM_CUDA_TRY(st, &ctx->err, cudaHostAlloc((void **)&g->err_host, sizeof *g->err_host, cudaHostAllocMapped));
     memset(g->err_host, 0, sizeof *g->err_host);
@@ -401,6 +402,8 @@ void agmm_gpu_rank_destroy(agmm_ctx *ctx)
         cublasLtDestroy(g->lt);
     if (g->last_run)
         cudaEventDestroy(g->last_run);
+    if (g->last_replay)
+        cudaEventDestroy(g->last_replay);
     if (g->copy_stream)
         cudaStreamDestroy(g->copy_stream);
     if (g->err_host)
@@ -464,8 +467,9 @@ agmm_status agmm_gpu_rank_sync(agmm_ctx *ctx)
         AGMM_CUDA_TRY(st, &ctx->err, cudaDeviceSynchronize());
     } else {
         /* Only this rank's work: peers on the device may hold barriers waiting for our next call. */
-        if (g->last_run_recorded)
-            AGMM_CUDA_TRY(st, &ctx->err, cudaEventSynchronize(g->last_run));
+        cudaEvent_t ev[2];
+        for (int i = 0, n = agmm_gpu_run_events(g, ev); i < n; i++)
+            AGMM_CUDA_TRY(st, &ctx->err, cudaEventSynchronize(ev[i]));
         AGMM_CUDA_TRY(st, &ctx->err, cudaStreamSynchronize(g->copy_stream));
     }
     AGMM_CUDA_TRY(st, &ctx->err, cudaGetLastError());
@@ -489,15 +493,17 @@ agmm_status agmm_gpu_note_run(agmm_ctx *ctx, cudaStream_t stream)
     agmm_status st = AGMM_SUCCESS;
     enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
     AGMM_CUDA_TRY(st, &ctx->err, cudaStreamIsCapturing(stream, &cap));
-    /* A plain record in a capture would only join streams, and leave the event unusable by the
-     * waits and syncs outside the graph; an external one is a node that each replay records. */
-    AGMM_CUDA_TRY(st, &ctx->err,
-                  cudaEventRecordWithFlags(ctx->gpu->last_run, stream,
-                                           cap == cudaStreamCaptureStatusNone ? cudaEventRecordDefault
-                                                                              : cudaEventRecordExternal));
-    ctx->gpu->last_run_recorded = 1;
-    ctx->gpu->last_run_stream = stream;
-    ctx->gpu->captured |= cap != cudaStreamCaptureStatusNone;
+    agmm_gpu_rank *g = ctx->gpu;
+    if (cap == cudaStreamCaptureStatusNone) {
+        AGMM_CUDA_TRY(st, &ctx->err, cudaEventRecord(g->last_run, stream));
+        g->last_run_recorded = 1;
+        g->last_run_stream = stream;
+    } else {
+        /* A plain record in a capture would only join streams, and leave the event unusable by the
+         * waits and syncs outside the graph; an external one is a node that each replay records. */
+        AGMM_CUDA_TRY(st, &ctx->err, cudaEventRecordWithFlags(g->last_replay, stream, cudaEventRecordExternal));
+        g->captured = 1;
+    }
 fail:
     return st;
 }
@@ -508,11 +514,31 @@ agmm_status agmm_gpu_order_run(agmm_ctx *ctx, cudaStream_t stream)
     enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
     AGMM_CUDA_TRY(st, &ctx->err, cudaStreamIsCapturing(stream, &cap));
     const agmm_gpu_rank *g = ctx->gpu;
-    const int same_stream = stream == g->last_run_stream && !g->captured;
-    if (cap == cudaStreamCaptureStatusNone && g->last_run_recorded && !same_stream)
+    if (cap != cudaStreamCaptureStatusNone)
+        return st;
+    if (g->last_run_recorded && stream != g->last_run_stream)
         AGMM_CUDA_TRY(st, &ctx->err, cudaStreamWaitEvent(stream, g->last_run, 0));
+    if (g->captured) {
+        /* A replay launched before this call (in host order) is the event's latest record: the
+         * query reports it pending until it has run, and then the wait is not needed. */
+        cudaError_t q = cudaEventQuery(g->last_replay);
+        if (q == cudaErrorNotReady)
+            AGMM_CUDA_TRY(st, &ctx->err, cudaStreamWaitEvent(stream, g->last_replay, 0));
+        else
+            AGMM_CUDA_TRY(st, &ctx->err, q);
+    }
 fail:
     return st;
+}
+
+int agmm_gpu_run_events(const agmm_gpu_rank *g, cudaEvent_t ev[2])
+{
+    int n = 0;
+    if (g->last_run_recorded)
+        ev[n++] = g->last_run;
+    if (g->captured)
+        ev[n++] = g->last_replay;
+    return n;
 }
 
 agmm_status agmm_gpu_agreed_sm_share(agmm_ctx *ctx, int *out)
@@ -549,8 +575,9 @@ void agmm_gpu_quiesce(agmm_ctx *ctx)
     if (ctx->info.ranks_on_device == 1) {
         cudaDeviceSynchronize();
     } else {
-        if (g->last_run_recorded)
-            cudaEventSynchronize(g->last_run);
+        cudaEvent_t ev[2];
+        for (int i = 0, n = agmm_gpu_run_events(g, ev); i < n; i++)
+            cudaEventSynchronize(ev[i]);
         cudaStreamSynchronize(g->copy_stream);
     }
     cudaGetLastError();

@@ -179,6 +179,8 @@ void gpu_report_job(agmm_status run, const gpu_rank_results *res, int nranks, co
  * per step), each graph replayed 100 times with fresh inputs, every result checked; every GPU
  * backend of the table, W = 1 and emulated worlds. */
 void test_graph_w1(void);
+/* A replay pending on one stream, then an eager run on another: ordered after it (W = 1). */
+void test_graph_then_eager(void);
 void test_graph_emulated(void);
 /* test_steps.c: 200 steps back to back with fresh inputs and one rank slowed at random by a
  * device delay; one plan run on two streams alternately, with no ordering by the caller. */

@@ -30,6 +30,7 @@
 #include "backends/ag_matmul_fused.h"
 #include "backends/ag_matmul_pull.h"
 #include "backends/matmul_reduce_fused.h"
+#include "kernels/delay.h"
 #include "gpu_tests.h"
 #include "world/world.h"
 #include "../harness.h"
@@ -238,6 +239,79 @@ void graph_cases(int nranks, int cases_of, int only_new, int steps, int replays,
 }
 
 void test_graph_w1(void) { graph_cases(1, 1, 0, 5, 100, 0); }
+
+#define REPLAY_LATE_NS 2000000ull
+
+/* A replay pending on one stream, then an eager run of the same plan on another: the eager run
+ * may start only after the replay has finished (agmm_gpu_order_run: a rank's runs never overlap).
+ * The replay waits behind a 2 ms device delay, so it is still pending when the eager run is
+ * enqueued; an event after each says which finished first, and both results must be exact. */
+static agmm_status replay_then_eager_rank(agmm_ctx *ctx, void *arg)
+{
+    graph_job *j = arg;
+    const int rank = agmm_ctx_rank(ctx);
+    j->res.ok[rank] = 1;
+    cudaStream_t s = NULL, s2 = NULL;
+    cudaEvent_t end[2] = {NULL, NULL};
+    cudaGraphExec_t exec = NULL;
+    step_rank sr;
+    int ok = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess &&
+             cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking) == cudaSuccess &&
+             cudaEventCreate(&end[0]) == cudaSuccess && cudaEventCreate(&end[1]) == cudaSuccess;
+    if (!ok)
+        gpu_rank_fail(&j->res, rank, "streams and events: %s", cudaGetErrorString(cudaGetLastError()));
+    /* Inputs from the caller's symmetric slots: a staged copy into agmm_plan_input is the caller's
+     * own write, which only the caller can order against a replay on another stream. */
+    ok = step_rank_init(&sr, ctx, j->sc, 2, STEP_SYMMETRIC, &j->res) && ok;
+    ok = ok && step_capture(&sr, 0, 1, s2, &exec);
+    ok = step_agree(&sr, ok);
+    ok = ok && step_fill(&sr, j->seed, s) && cudaStreamSynchronize(s) == cudaSuccess;
+    if (ok && (agmm_launch_delay(REPLAY_LATE_NS, s2) != cudaSuccess || cudaGraphLaunch(exec, s2) != cudaSuccess ||
+               cudaEventRecord(end[0], s2) != cudaSuccess))
+        ok = gpu_rank_fail(&j->res, rank, "delayed replay: %s", cudaGetErrorString(cudaGetLastError()));
+    agmm_status st = ok ? step_enqueue(&sr, 1, s) : AGMM_SUCCESS;
+    if (st != AGMM_SUCCESS)
+        ok = gpu_rank_fail(&j->res, rank, "eager run: %s", agmm_last_error(ctx));
+    float ms = 0;
+    if (ok && (cudaEventRecord(end[1], s) != cudaSuccess || cudaEventSynchronize(end[1]) != cudaSuccess ||
+               cudaEventSynchronize(end[0]) != cudaSuccess || cudaEventElapsedTime(&ms, end[0], end[1]) != cudaSuccess))
+        ok = gpu_rank_fail(&j->res, rank, "timing events: %s", cudaGetErrorString(cudaGetLastError()));
+    if (ok && ms < 0)
+        ok = gpu_rank_fail(&j->res, rank, "the eager run ended %.0f us before the replay it must follow", -ms * 1e3);
+    ok = ok && step_download(&sr, s) && step_check(&sr, 0, "the replay") && step_check(&sr, 1, "the eager run");
+    if (s2)
+        cudaStreamSynchronize(s2);
+    step_rank_end(&sr, s, &exec, 1, ok);
+    for (int i = 0; i < 2; i++)
+        if (end[i])
+            cudaEventDestroy(end[i]);
+    if (s2)
+        cudaStreamDestroy(s2);
+    return AGMM_SUCCESS;
+}
+
+void test_graph_then_eager(void)
+{
+    agmm_world *w = gpu_step_world(1);
+    if (w == NULL)
+        return;
+    step_case cases[64];
+    const int ncases = gpu_step_cases(w, 1, cases, 64);
+    for (int c = 0; c < ncases; c++) {
+        graph_job *j = calloc(1, sizeof *j);
+        char name[128], what[256];
+        snprintf(what, sizeof what, "graph %s W=1: an eager run on another stream waits for a replay still pending, "
+                 "both exact", step_case_name(&cases[c], name, sizeof name));
+        if (j == NULL) {
+            agmm_check(0, "%s: out of host memory", what);
+            continue;
+        }
+        *j = (graph_job){.sc = &cases[c], .seed = 0xbb67ae85ull * (uint64_t)(c + 1)};
+        gpu_report_job(agmm_world_run(w, replay_then_eager_rank, j), &j->res, 1, what);
+        free(j);
+    }
+    agmm_world_destroy(w);
+}
 
 void test_graph_emulated(void)
 {
