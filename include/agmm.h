@@ -418,9 +418,9 @@ agmm_status agmm_all_reduce(agmm_plan *plan, const agmm_all_reduce_io *io, void 
  * the same runs in the same order and replays its graph where it would have run them. The io
  * pointers are fixed in the graph: refill those buffers between replays. A replay is ordered only
  * by the stream it is launched on (a graph cannot wait for work outside it): launch it on a stream
- * ordered after the rank's earlier runs, and enqueue no run of the rank on another stream while it
- * may still be executing. agmm_ctx_sync also waits for replays launched so far. The CPU world has
- * no graphs.
+ * ordered after the rank's earlier runs. A run enqueued after a replay was launched (in host order)
+ * waits for that replay, whatever the streams, and agmm_ctx_sync waits for replays launched so far.
+ * The CPU world has no graphs.
  *
  * A backend's own limit: a backend with AGMM_LIMIT_CAPTURED_INPUTS > 0 (pull: 16) keeps what it
  * derives from the input pointers for that many distinct inputs (the plan's own, io.input
