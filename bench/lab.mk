@@ -11,24 +11,17 @@ $(BUILD)/gemm-lab: $(BUILD)/bench/gemm_lab.o $(BUILD)/libagmm.a
 -include $(BUILD)/bench/gemm_lab.d
 endif
 
-# initcheck against cuBLASLt (bench/initcheck_cublaslt.cu: its header has the command and result).
+# Two one-file experiments, each with its command and result in its header: does initcheck see
+# cuBLASLt's stores (bench/initcheck_cublaslt.cu), and do streams made and destroyed make two share
+# a hardware queue (bench/stream_queues.cu).
 ifeq ($(CUDA),1)
-.PHONY: initcheck-lab
+.PHONY: initcheck-lab stream-queues
 initcheck-lab: $(BUILD)/initcheck-lab
-
-$(BUILD)/initcheck-lab: $(BUILD)/bench/initcheck_cublaslt.o
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-
--include $(BUILD)/bench/initcheck_cublaslt.d
-endif
-
-# Streams and hardware queues (bench/stream_queues.cu: its header has the command and result).
-ifeq ($(CUDA),1)
-.PHONY: stream-queues
 stream-queues: $(BUILD)/stream-queues
-
+$(BUILD)/initcheck-lab: $(BUILD)/bench/initcheck_cublaslt.o
 $(BUILD)/stream-queues: $(BUILD)/bench/stream_queues.o
+$(BUILD)/initcheck-lab $(BUILD)/stream-queues:
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
--include $(BUILD)/bench/stream_queues.d
+-include $(BUILD)/bench/initcheck_cublaslt.d $(BUILD)/bench/stream_queues.d
 endif
