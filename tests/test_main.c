@@ -6,6 +6,8 @@
 static const agmm_test_case cases[] = {
     {"schedule/edges", test_schedule_edges},
     {"schedule/random", test_schedule_random},
+    {"schedule/fastdiv", test_schedule_fastdiv},
+    {"schedule/dividers", test_schedule_dividers},
     {"schedule/reduce_scatter", test_schedule_reduce_scatter},
     {"gemm/policy_table", test_gemm_policy_table},
     {"gemm/policy_measured", test_gemm_policy_measured},

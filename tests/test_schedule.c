@@ -246,6 +246,103 @@ void test_schedule_random(void)
     report(&t, "random W 1..8 M 1..5000 N 1..3000 bm,bn in {16,64,128,256} splits 1..16 group_m 1..16");
 }
 
+/* The dividers (agmm_fastdiv) against `/`: every divisor 1..4096 on the dividends around its
+ * multiples and the ends of the range, powers of two and their neighbours up to 2^31, and 200,000
+ * random (n, d) pairs; a divider made for dividends past 2^32 (or d > 2^31) divides plainly. */
+typedef struct {
+    int64_t cases, wrong;
+    char first[160];
+} fd_tally;
+
+static void fd_check(fd_tally *t, int64_t d, int64_t n)
+{
+    const int64_t q = agmm_fastdiv_div(n, agmm_fastdiv_make(d, UINT32_MAX));
+    t->cases++;
+    if (q != n / d && t->wrong++ == 0)
+        snprintf(t->first, sizeof t->first, " (first: %lld / %lld gave %lld)", (long long)n, (long long)d, (long long)q);
+}
+
+void test_schedule_fastdiv(void)
+{
+    uint64_t rng = 0xd1f1de5;
+    fd_tally t = {0};
+    for (int64_t d = 1; d <= 4096; d++) {
+        const int64_t ns[] = {0, 1, d - 1, d, d + 1, 2 * d - 1, 2 * d, UINT32_MAX, UINT32_MAX - 1, (int64_t)1 << 31,
+                              UINT32_MAX / d * d, UINT32_MAX / d * d - 1};
+        for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
+            fd_check(&t, d, ns[i]);
+        for (int i = 0; i < 16; i++)
+            fd_check(&t, d, (int64_t)(agmm_rng_next(&rng) & UINT32_MAX));
+    }
+    for (int e = 1; e <= 31; e++)
+        for (int64_t d = ((int64_t)1 << e) - 1; d <= ((int64_t)1 << e) + 1; d++)
+            for (int i = 0; i < 64; i++)
+                fd_check(&t, d, i < 4 ? UINT32_MAX - i : (int64_t)(agmm_rng_next(&rng) & UINT32_MAX));
+    for (int i = 0; i < 200000; i++) {
+        const int64_t d = 1 + (int64_t)(agmm_rng_next(&rng) % ((uint64_t)1 << (1 + agmm_rng_next(&rng) % 31)));
+        fd_check(&t, d, (int64_t)(agmm_rng_next(&rng) & UINT32_MAX));
+    }
+    agmm_check(t.wrong == 0, "fastdiv: n / d for %lld (n < 2^32, 1 <= d <= 2^31) pairs: %lld wrong%s",
+               (long long)t.cases, (long long)t.wrong, t.first);
+    const int64_t big = (int64_t)1 << 40, d31 = ((int64_t)1 << 31) + 1;
+    const agmm_fastdiv big_n = agmm_fastdiv_make(7, big), big_d = agmm_fastdiv_make(d31, 9);
+    agmm_check(big_n.mul == 0 && big_d.mul == 0 && agmm_fastdiv_div(big, big_n) == big / 7 &&
+                   agmm_fastdiv_div(big + 5, big_d) == (big + 5) / d31,
+               "fastdiv: dividends past 2^32 and divisors past 2^31 divide plainly");
+}
+
+/* A schedule with every divider plain (mul = 0): the decode the dividers replace. */
+static agmm_sched plain_dividers(agmm_sched s)
+{
+    agmm_fastdiv *all[] = {&s.div_rank, &s.div_group, &s.div_group_m, &s.div_col, &s.div_bm, &s.div_short};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        all[i]->mul = 0;
+    return s;
+}
+
+/* Every tile of 3,000 random schedules (both visits) decodes to the same record with the plan's
+ * dividers as with plain division. */
+void test_schedule_dividers(void)
+{
+    uint64_t rng = 0xfa57d1;
+    int64_t cases = 0, tiles = 0, wrong = 0;
+    char first[200] = "";
+    for (int i = 0; i < 3000; i++) {
+        agmm_sched s = {0};
+        s.nranks = 1 + (int)(agmm_rng_next(&rng) % 8);
+        s.rank = (int)(agmm_rng_next(&rng) % (uint64_t)s.nranks);
+        s.m = 1 + (int64_t)(agmm_rng_next(&rng) % 4000);
+        s.n = 1 + (int64_t)(agmm_rng_next(&rng) % 2000);
+        s.bm = 1 + (int)(agmm_rng_next(&rng) % 256);
+        s.bn = 8 + (int)(agmm_rng_next(&rng) % 256);
+        s.group_m = 1 + (int)(agmm_rng_next(&rng) % 16);
+        s.splits = i % 3 ? 1 : 1 + (int)(agmm_rng_next(&rng) % (uint64_t)(s.m < 8 ? s.m : 8));
+        if (i % 4 == 3) {
+            s.splits = 1;
+            s.block_rows = (s.m + s.nranks - 1) / s.nranks;
+        }
+        agmm_sched_init(&s);
+        const agmm_sched p = plain_dividers(s);
+        const int64_t n = agmm_sched_num_tiles(&s);
+        cases++;
+        for (int64_t idx = 0; idx < n && idx < 20000; idx++) {
+            agmm_tile a, b;
+            agmm_sched_tile(&s, idx, &a);
+            agmm_sched_tile(&p, idx, &b);
+            tiles++;
+            if ((a.row0 != b.row0 || a.shard_row0 != b.shard_row0 || a.col0 != b.col0 || a.rows != b.rows ||
+                 a.cols != b.cols || a.chunk != b.chunk || a.src_rank != b.src_rank || a.local != b.local) &&
+                wrong++ == 0)
+                snprintf(first, sizeof first,
+                         " (first: W=%d rank=%d M=%lld N=%lld bm=%d bn=%d splits=%d group_m=%d block_rows=%lld tile %lld)",
+                         s.nranks, s.rank, (long long)s.m, (long long)s.n, s.bm, s.bn, s.splits, s.group_m,
+                         (long long)s.block_rows, (long long)idx);
+        }
+    }
+    agmm_check(wrong == 0, "schedule: the dividers' decode equals plain division's: %lld schedules, %lld tiles, %lld differ%s",
+               (long long)cases, (long long)tiles, (long long)wrong, first);
+}
+
 /* ---- the reduce-scatter visit (block_rows > 0) ----
  *   cover    every element of the M x N partial in exactly one tile
  *   tiles    row tiles of bm over all M rows (not clipped to blocks), columns clipped to N
