@@ -14,7 +14,8 @@
  *                         local index i = c, c + 2, ... (unit blockIdx.x + i*gridDim.x), so one
  *                         stores unit i while the other runs unit i + 1's mainloop.
  * Cooperative consumers compute the record of their next unit while a unit's first K block's MMAs
- * run: the schedule's 64-bit divisions cost ~1 us of a warp's time, no longer between units. */
+ * run: a unit's decode costs a warp ~0.5-1 us (docs/results, 2026-12-04, the engine's stamps), no
+ * longer between units. */
 #ifndef AGMM_KERNELS_GEMM_CONSUMER_CUH
 #define AGMM_KERNELS_GEMM_CONSUMER_CUH
 
