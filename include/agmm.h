@@ -56,7 +56,8 @@
  *                               multicast can take a shared host down). If it is set to anything
  *                               but 0 while allow_nvls = 0, world creation fails instead.
  *   CUDA_DEVICE_MAX_CONNECTIONS=32   before CUDA starts: ranks sharing a GPU need their streams on
- *                               separate hardware queues.
+ *                               separate hardware queues (and, in an emulated world, streams made
+ *                               once and kept while the ranks run: docs/architecture.md).
  *   CUDA_MODULE_LOADING=EAGER   emulated worlds only, before CUDA starts: a kernel loaded lazily
  *                               waits for the whole context, where a peer may be spinning.
  * A program that starts CUDA before creating a world must set the last two itself.
