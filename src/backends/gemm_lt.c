@@ -198,9 +198,10 @@ static int timed_pick(const agmm_gemm_lt *g, const cublasLtMatmulHeuristicResult
     char *scratch = NULL;
     /* The legacy default stream, not a stream of our own: on the H200, creating and destroying one
      * here made ag_matmul's ce and fused at W = 1 1.5-2 us slower in every later run, with
-     * CUDA_DEVICE_MAX_CONNECTIONS 8 or 32 (docs/results, 2026-12-04; why is not known: streams made
-     * and destroyed alone never made two share a queue, bench/stream_queues.cu). Plan creation
-     * waits for the device anyway. */
+     * CUDA_DEVICE_MAX_CONNECTIONS 8 or 32 (docs/results, 2026-12-04). Why is not shown: streams made
+     * and destroyed never put a copy on a kernel's queue in bench/stream_queues.cu, but made and
+     * destroyed per case they stalled emulated worlds, where kept they did not (docs/architecture.md,
+     * emulated worlds). Plan creation waits for the device anyway. */
     cudaStream_t s = 0;
     cudaEvent_t ev[2] = {NULL, NULL};
     if (cudaMalloc((void **)&scratch, total) != cudaSuccess ||
