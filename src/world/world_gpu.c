@@ -455,6 +455,24 @@ agmm_status agmm_gpu_check_dev_error(agmm_ctx *ctx)
     return AGMM_ERR_TIMEOUT;
 }
 
+/* Waits for the rank's work: the whole device where the rank has it alone, else only its own runs
+ * and copies (peers on the device may hold barriers waiting for our next call). Waits for all of
+ * them and returns the first error. */
+static cudaError_t wait_own_work(const agmm_ctx *ctx)
+{
+    const agmm_gpu_rank *g = ctx->gpu;
+    if (ctx->info.ranks_on_device == 1)
+        return cudaDeviceSynchronize();
+    cudaError_t first = cudaSuccess, e;
+    cudaEvent_t ev[2];
+    for (int i = 0, n = agmm_gpu_run_events(g, ev); i < n; i++)
+        if ((e = cudaEventSynchronize(ev[i])) != cudaSuccess && first == cudaSuccess)
+            first = e;
+    if ((e = cudaStreamSynchronize(g->copy_stream)) != cudaSuccess && first == cudaSuccess)
+        first = e;
+    return first;
+}
+
 agmm_status agmm_gpu_rank_sync(agmm_ctx *ctx)
 {
     agmm_status st = AGMM_SUCCESS;
@@ -463,15 +481,7 @@ agmm_status agmm_gpu_rank_sync(agmm_ctx *ctx)
     /* Only NCCL can keep the rank's work waiting without a bound: poll that part first. */
     if (g->nccl_comm != NULL)
         AGMM_TRY(st, agmm_nccl_wait_work(ctx));
-    if (ctx->info.ranks_on_device == 1) {
-        AGMM_CUDA_TRY(st, &ctx->err, cudaDeviceSynchronize());
-    } else {
-        /* Only this rank's work: peers on the device may hold barriers waiting for our next call. */
-        cudaEvent_t ev[2];
-        for (int i = 0, n = agmm_gpu_run_events(g, ev); i < n; i++)
-            AGMM_CUDA_TRY(st, &ctx->err, cudaEventSynchronize(ev[i]));
-        AGMM_CUDA_TRY(st, &ctx->err, cudaStreamSynchronize(g->copy_stream));
-    }
+    AGMM_CUDA_TRY(st, &ctx->err, wait_own_work(ctx));
     AGMM_CUDA_TRY(st, &ctx->err, cudaGetLastError());
     st = agmm_gpu_check_dev_error(ctx);
 fail:
@@ -572,14 +582,7 @@ void agmm_gpu_quiesce(agmm_ctx *ctx)
         agmm_nccl_wait_work(ctx);
         ctx->err = kept;
     }
-    if (ctx->info.ranks_on_device == 1) {
-        cudaDeviceSynchronize();
-    } else {
-        cudaEvent_t ev[2];
-        for (int i = 0, n = agmm_gpu_run_events(g, ev); i < n; i++)
-            cudaEventSynchronize(ev[i]);
-        cudaStreamSynchronize(g->copy_stream);
-    }
+    (void)wait_own_work(ctx);
     cudaGetLastError();
 }
 #endif /* AGMM_HAVE_CUDA */
