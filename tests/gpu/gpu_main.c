@@ -108,7 +108,9 @@ int main(int argc, char **argv)
            prop.name, prop.major, prop.minor, prop.multiProcessorCount, nccl, NCCL_VERSION_CODE,
            getenv("NCCL_NVLS_ENABLE") ? getenv("NCCL_NVLS_ENABLE") : "(unset: agmm sets 0)");
     fflush(stdout);
-    if (argc > 1 && strcmp(argv[1], "sanitize") == 0)
-        return agmm_test_main(sanitize_case, 1, NULL);
-    return agmm_test_main(cases, (int)(sizeof cases / sizeof cases[0]), argc > 1 ? argv[1] : NULL);
+    const int rc = argc > 1 && strcmp(argv[1], "sanitize") == 0
+                       ? agmm_test_main(sanitize_case, 1, NULL)
+                       : agmm_test_main(cases, (int)(sizeof cases / sizeof cases[0]), argc > 1 ? argv[1] : NULL);
+    gpu_rank_streams_release(); /* the streams every group kept (gpu_rank_stream) */
+    return rc;
 }

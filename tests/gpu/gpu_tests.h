@@ -102,6 +102,23 @@ void gpu_report_ranks(const gpu_rank_results *res, int nranks, const char *what)
         }                                                                                               \
     } while (0)
 
+/* The stream `which` (0 .. GPU_RANK_STREAMS-1) of rank `rank` on the current device: non-blocking,
+ * made at its first use and kept for the process (test_world.c says why); NULL on failure. A case
+ * leaves its streams idle (synchronised) for the next one. gpu_main.c releases them all at the end. */
+#define GPU_RANK_STREAMS 4
+cudaStream_t gpu_rank_stream(int rank, int which);
+void gpu_rank_streams_release(void);
+/* In a rank's test body: s = gpu_rank_stream(rank, which), or the failure recorded in res and a
+ * jump to `done`, as RANK_CUDA. */
+#define RANK_STREAM(res, rank, s, which)                                                                \
+    do {                                                                                                \
+        if (((s) = gpu_rank_stream((rank), (which))) == NULL) {                                         \
+            gpu_rank_fail((res), (rank), "%s:%d: no stream %d for rank %d (gpu_rank_stream)", __FILE__, \
+                          __LINE__, (which), (rank));                                                   \
+            goto done;                                                                                  \
+        }                                                                                               \
+    } while (0)
+
 /* Sleeps until *flag is set or max_s seconds have passed. */
 void gpu_wait_flag(atomic_int *flag, double max_s);
 /* The bound of every wait in the tests' worlds unless a test sets its own: AGMM_GPUTEST_TIMEOUT
@@ -147,9 +164,9 @@ int step_rank_init(step_rank *sr, agmm_ctx *ctx, const step_case *sc, int slots,
                    gpu_rank_results *res);
 /* Collective (destroys the plan). */
 void step_rank_fini(step_rank *sr);
-/* The end of a rank's job on one stream: waits for `s`, destroys the graphs of execs (NULL ones
- * skipped), then step_rank_fini and the stream; with ok = 0, a rank with no failure of its own
- * records that a peer failed first. */
+/* The end of a rank's job on one stream: waits for `s` (a kept one: gpu_rank_stream), destroys the
+ * graphs of execs (NULL ones skipped), then step_rank_fini; with ok = 0, a rank with no failure of
+ * its own records that a peer failed first. */
 void step_rank_end(step_rank *sr, cudaStream_t s, const cudaGraphExec_t *execs, int nexecs, int ok);
 /* Fresh inputs for every slot from `seed`, uploaded, and the outputs poisoned, on `s` (async). */
 int step_fill(step_rank *sr, uint64_t seed, cudaStream_t s);

@@ -166,8 +166,6 @@ void step_rank_end(step_rank *sr, cudaStream_t s, const cudaGraphExec_t *execs, 
         if (execs[i])
             cudaGraphExecDestroy(execs[i]);
     step_rank_fini(sr);
-    if (s)
-        cudaStreamDestroy(s);
     if (!ok && res->ok[rank])
         gpu_rank_fail(res, rank, "a peer failed first");
 }

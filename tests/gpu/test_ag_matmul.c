@@ -73,7 +73,7 @@ static agmm_status mm_rank(agmm_ctx *ctx, void *arg)
      * stalls both until the barrier's timeout. So: everything allocated and B uploaded before
      * planning (which ends with the ranks meeting), and only pinned buffers and memsets between
      * runs. */
-    RANK_CUDA(res, rank, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    RANK_STREAM(res, rank, s, 0);
     RANK_CUDA(res, rank, cudaMalloc(&d_b, b * 2));
     RANK_CUDA(res, rank, cudaMalloc(&d_ag, ag * 2));
     RANK_CUDA(res, rank, cudaMalloc(&d_c, c * 2));
@@ -110,8 +110,6 @@ done:
     cudaFreeHost(h_shard);
     cudaFreeHost(h_ag);
     cudaFreeHost(h_c);
-    if (s)
-        cudaStreamDestroy(s);
     return AGMM_SUCCESS;
 }
 
@@ -433,7 +431,7 @@ static agmm_status ce_timeout_rank(agmm_ctx *ctx, void *arg)
         gpu_wait_flag(&a->rank0_done, 30.0);
         goto done;
     }
-    RANK_CUDA(res, rank, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    RANK_STREAM(res, rank, s, 0);
     RANK_CUDA(res, rank, cudaMalloc(&d_b, 128 * 128 * 2));
     RANK_CUDA(res, rank, cudaMalloc(&d_ag, 2 * 128 * 128 * 2));
     RANK_CUDA(res, rank, cudaMalloc(&d_c, 2 * 128 * 128 * 2));
@@ -459,8 +457,6 @@ done:
     cudaFree(d_b);
     cudaFree(d_ag);
     cudaFree(d_c);
-    if (s)
-        cudaStreamDestroy(s);
     return AGMM_SUCCESS;
 }
 
@@ -489,7 +485,7 @@ static agmm_status ar_rank(agmm_ctx *ctx, void *arg)
     const char *const backends[] = {"nccl", "nccl_plain"};
     void *h_in = malloc((1 << 20) * 4), *h_out = malloc((1 << 20) * 4), *d_out = NULL;
     agmm_plan *p = NULL;
-    RANK_CUDA(res, rank, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    RANK_STREAM(res, rank, s, 0);
     RANK_CUDA(res, rank, cudaMalloc(&d_out, (1 << 20) * 4));
     for (int bi = 0; bi < 2; bi++)
         for (int di = 0; di < 2; di++)
@@ -532,7 +528,7 @@ done:
     free(h_out);
     cudaFree(d_out);
     if (s)
-        cudaStreamDestroy(s);
+        cudaStreamSynchronize(s);
     return AGMM_SUCCESS;
 }
 

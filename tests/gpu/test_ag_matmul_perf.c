@@ -57,7 +57,7 @@ static agmm_status perf_rank(agmm_ctx *ctx, void *arg)
     agmm_plan *plan[2] = {NULL, NULL};
     double samples[2][PERF_ITERS];
     a->res.ok[0] = 1;
-    PERF_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    RANK_STREAM(&a->res, 0, s, 0);
     PERF_CUDA(cudaEventCreate(&ev0));
     PERF_CUDA(cudaEventCreate(&ev1));
     PERF_CUDA(cudaMalloc(&d_pool, max_elems * 2));
@@ -128,8 +128,6 @@ done:
         cudaEventDestroy(ev0);
     if (ev1)
         cudaEventDestroy(ev1);
-    if (s)
-        cudaStreamDestroy(s);
     return AGMM_SUCCESS;
 }
 

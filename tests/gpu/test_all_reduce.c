@@ -28,6 +28,7 @@
 
 #include "agmm.h"
 #include "core/numeric.h"
+#include "gpu_tests.h"
 #include "../harness.h"
 
 void test_all_reduce_gpu(void);
@@ -111,8 +112,8 @@ static agmm_status correctness_rank(agmm_ctx *ctx, void *arg)
 {
     ar_world *w = arg;
     const int rank = agmm_ctx_rank(ctx);
-    cudaStream_t s = NULL;
-    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess)
+    cudaStream_t s = gpu_rank_stream(rank, 0);
+    if (s == NULL)
         return AGMM_ERR_CUDA;
     for (int c = 0; c < w->ncases; c++) {
         const ar_case *k = &w->cases[c];
@@ -184,7 +185,7 @@ static agmm_status correctness_rank(agmm_ctx *ctx, void *arg)
         free(tmp);
         free(acc);
     }
-    cudaStreamDestroy(s);
+    cudaStreamSynchronize(s);
     return AGMM_SUCCESS;
 }
 
@@ -289,8 +290,7 @@ static agmm_status timeout_rank(agmm_ctx *ctx, void *arg)
     const int rank = agmm_ctx_rank(ctx), absent = w->nranks - 1;
     agmm_all_reduce_desc desc = {.n = 4093, .dtype = AGMM_DTYPE_BF16, .backend = w->backend};
     agmm_plan *plan = NULL;
-    cudaStream_t s = NULL;
-    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    cudaStream_t s = gpu_rank_stream(rank, 0);
     w->plan_st[rank] = agmm_plan_all_reduce(&plan, ctx, &desc);
     if (w->plan_st[rank] == AGMM_SUCCESS && rank != absent) {
         agmm_all_reduce_io io = {.out = agmm_plan_input(plan)};
@@ -307,7 +307,7 @@ static agmm_status timeout_rank(agmm_ctx *ctx, void *arg)
     /* The absent rank frees nothing until the others have given up on it. */
     pthread_barrier_wait(&w->bar);
     agmm_plan_destroy(plan);
-    cudaStreamDestroy(s);
+    cudaStreamSynchronize(s);
     return AGMM_SUCCESS;
 }
 
@@ -425,10 +425,9 @@ static agmm_status time_rank(agmm_ctx *ctx, void *arg)
     time_world *w = arg;
     const int rank = agmm_ctx_rank(ctx), W = w->nranks;
     const int warmup = WARMUP, iters = ITERS;
-    cudaStream_t s = NULL;
+    cudaStream_t s = gpu_rank_stream(rank, 0);
     cudaEvent_t ev[2 * ITERS + 2];
     uint16_t *got = malloc((SAMPLES + 1) * sizeof *got);
-    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
     for (int i = 0; i < 2 * iters + 2; i++)
         cudaEventCreate(&ev[i]);
     uint16_t *rot = malloc(POOL_ELEMS * 2);
@@ -514,7 +513,7 @@ static agmm_status time_rank(agmm_ctx *ctx, void *arg)
     free(got);
     for (int i = 0; i < 2 * iters + 2; i++)
         cudaEventDestroy(ev[i]);
-    cudaStreamDestroy(s);
+    cudaStreamSynchronize(s);
     return AGMM_SUCCESS;
 }
 

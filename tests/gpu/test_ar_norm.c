@@ -76,15 +76,15 @@ static agmm_status correctness_rank(agmm_ctx *ctx, void *arg)
 {
     arn_job *job = arg;
     const int rank = agmm_ctx_rank(ctx);
-    cudaStream_t s = NULL;
-    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess)
+    cudaStream_t s = gpu_rank_stream(rank, 0);
+    if (s == NULL)
         return AGMM_ERR_CUDA;
     const arn_dev dev = {cuda_alloc, cuda_release, cuda_copy, s};
     for (int c = 0; c < job->ncases; c++)
         for (int b = 0; b < job->nb; b++)
             arn_check_run(ctx, job->backends[b], &job->cases[c], &dev, RUNS,
                           0x9e3779b9ull * (uint64_t)(c + 1) + (uint64_t)job->nranks, &job->res[c][b][rank]);
-    cudaStreamDestroy(s);
+    cudaStreamSynchronize(s);
     return AGMM_SUCCESS;
 }
 
@@ -197,13 +197,13 @@ static agmm_status graph_rank(agmm_ctx *ctx, void *arg)
     const size_t rows = (size_t)(c->tokens * c->hidden) * 2, row = (size_t)c->hidden * 2;
     const size_t stride = (rows + 255) / 256 * 256;
     j->res.ok[rank] = 1;
-    cudaStream_t s = NULL;
+    cudaStream_t s = gpu_rank_stream(rank, 0);
     cudaGraphExec_t exec = NULL;
     arn_data d[SLOTS];
     slot_bufs b[SLOTS];
     memset(d, 0, sizeof d);
     memset(b, 0, sizeof b);
-    int ok = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess;
+    int ok = s != NULL;
     for (int k = 0; k < SLOTS; k++)
         ok &= arn_data_init(&d[k], c, W, rank, arn_expect_for(j->backend, 1, W)) == 0;
     if (!ok)
@@ -298,8 +298,6 @@ static agmm_status graph_rank(agmm_ctx *ctx, void *arg)
     free(poison);
     agmm_symmetric_free(ctx, sym);
     agmm_plan_destroy(plan);
-    if (s)
-        cudaStreamDestroy(s);
     if (!ok && j->res.msg[rank][0] == '\0')
         gpu_rank_fail(&j->res, rank, "a peer failed first");
     j->res.ok[rank] = ok;
@@ -351,9 +349,8 @@ static agmm_status timeout_rank(agmm_ctx *ctx, void *arg)
     const int rank = agmm_ctx_rank(ctx), absent = w->nranks - 1;
     agmm_all_reduce_rmsnorm_desc desc = {.tokens = 9, .hidden = 4096, .eps = 1e-6, .backend = w->backend};
     agmm_plan *plan = NULL;
-    cudaStream_t s = NULL;
+    cudaStream_t s = gpu_rank_stream(rank, 0);
     void *buf = NULL;
-    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
     w->plan_st[rank] = agmm_plan_all_reduce_rmsnorm(&plan, ctx, &desc);
     if (cudaMalloc(&buf, 3 * 9 * 4096 * 2) != cudaSuccess)
         w->plan_st[rank] = AGMM_ERR_CUDA;
@@ -375,7 +372,6 @@ static agmm_status timeout_rank(agmm_ctx *ctx, void *arg)
     cudaStreamSynchronize(s);
     cudaFree(buf);
     agmm_plan_destroy(plan);
-    cudaStreamDestroy(s);
     return AGMM_SUCCESS;
 }
 

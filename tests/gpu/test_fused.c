@@ -71,7 +71,7 @@ static agmm_status delay_rank(agmm_ctx *ctx, void *arg)
     int chunk = ((rank + j->delay_chunk_step) % W) * j->splits + j->splits - 1;
     h_ag = malloc(ag * 2);
     h_c = malloc(c * 2);
-    if (h_ag == NULL || h_c == NULL || cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess ||
+    if (h_ag == NULL || h_c == NULL || (s = gpu_rank_stream(rank, 0)) == NULL ||
         cudaMalloc(&d_b, (size_t)(j->k * j->n) * 2) != cudaSuccess || cudaMalloc(&d_ag, ag * 2) != cudaSuccess ||
         cudaMalloc(&d_c, c * 2) != cudaSuccess) {
         j->status[rank] = AGMM_ERR_NO_MEMORY;
@@ -133,8 +133,6 @@ done:
     cudaFree(d_b);
     cudaFree(d_ag);
     cudaFree(d_c);
-    if (s)
-        cudaStreamDestroy(s);
     free(h_ag);
     free(h_c);
     return AGMM_SUCCESS;

@@ -107,7 +107,7 @@ static int env_init(pull_env *e)
     free(h_b);
     free(af);
     free(bf);
-    for (int r = 0; ok && r < W; r++)
+    for (int r = 0; ok && r < W; r++) {
         ok = ok_cuda(cudaMalloc(&e->d_shard[r], (size_t)(k_m * k_k) * 2), "cudaMalloc shard") &&
              ok_cuda(cudaMemcpy(e->d_shard[r], e->h_a + r * k_m * k_k, (size_t)(k_m * k_k) * 2,
                                 cudaMemcpyHostToDevice),
@@ -117,8 +117,10 @@ static int env_init(pull_env *e)
              ok_cuda(cudaMalloc((void **)&e->d_words[r], (1 + W) * 4), "cudaMalloc signal words") &&
              ok_cuda(cudaHostAlloc((void **)&e->h_err[r], sizeof(agmm_dev_error), cudaHostAllocMapped),
                      "cudaHostAlloc dev_error") &&
-             ok_cuda(cudaHostGetDevicePointer((void **)&e->d_err[r], e->h_err[r], 0), "dev_error pointer") &&
-             ok_cuda(cudaStreamCreateWithFlags(&e->stream[r], cudaStreamNonBlocking), "cudaStreamCreate");
+             ok_cuda(cudaHostGetDevicePointer((void **)&e->d_err[r], e->h_err[r], 0), "dev_error pointer");
+        if (ok && (e->stream[r] = gpu_rank_stream(r, 0)) == NULL)
+            ok = agmm_check(0, "gemm_engine_pull: no stream for rank %d (gpu_rank_stream)", r);
+    }
     return ok && ok_cuda(cudaMalloc((void **)&e->d_table, W * sizeof(uint32_t *)), "cudaMalloc signals table") &&
            ok_cuda(cudaMemcpy(e->d_table, e->d_words, W * sizeof(uint32_t *), cudaMemcpyHostToDevice),
                    "upload signals table");
@@ -141,7 +143,7 @@ static void env_free(pull_env *e)
         cudaFree(e->d_words[r]);
         cudaFreeHost(e->h_err[r]);
         if (e->stream[r])
-            cudaStreamDestroy(e->stream[r]);
+            cudaStreamSynchronize(e->stream[r]);
     }
     cudaFree(e->d_table);
 }

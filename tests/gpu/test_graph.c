@@ -115,12 +115,12 @@ static agmm_status graph_rank(agmm_ctx *ctx, void *arg)
     graph_job *j = arg;
     const int rank = agmm_ctx_rank(ctx);
     j->res.ok[rank] = 1;
-    cudaStream_t s = NULL;
+    cudaStream_t s = gpu_rank_stream(rank, 0);
     cudaGraphExec_t exec = NULL;
     step_rank sr;
-    int ok = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess;
+    int ok = s != NULL;
     if (!ok)
-        gpu_rank_fail(&j->res, rank, "cudaStreamCreateWithFlags failed");
+        gpu_rank_fail(&j->res, rank, "no stream (gpu_rank_stream)");
     /* Collective: every rank plans, whatever failed before. */
     ok = step_rank_init(&sr, ctx, j->sc, j->steps, j->input, &j->res) && ok;
     const int W = agmm_ctx_info(ctx)->nranks;
@@ -257,13 +257,12 @@ static agmm_status replay_then_eager_rank(agmm_ctx *ctx, void *arg)
     graph_job *j = arg;
     const int rank = agmm_ctx_rank(ctx);
     j->res.ok[rank] = 1;
-    cudaStream_t s = NULL, s2 = NULL;
+    cudaStream_t s = gpu_rank_stream(rank, 0), s2 = gpu_rank_stream(rank, 1);
     cudaEvent_t end[2] = {NULL, NULL};
     cudaGraphExec_t exec = NULL;
     step_rank sr;
-    int ok = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess &&
-             cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking) == cudaSuccess &&
-             cudaEventCreate(&end[0]) == cudaSuccess && cudaEventCreate(&end[1]) == cudaSuccess;
+    int ok = s != NULL && s2 != NULL && cudaEventCreate(&end[0]) == cudaSuccess &&
+             cudaEventCreate(&end[1]) == cudaSuccess;
     if (!ok)
         gpu_rank_fail(&j->res, rank, "streams and events: %s", cudaGetErrorString(cudaGetLastError()));
     /* Inputs from the caller's symmetric slots: a staged copy into agmm_plan_input is the caller's
@@ -291,8 +290,6 @@ static agmm_status replay_then_eager_rank(agmm_ctx *ctx, void *arg)
     for (int i = 0; i < 2; i++)
         if (end[i])
             cudaEventDestroy(end[i]);
-    if (s2)
-        cudaStreamDestroy(s2);
     return AGMM_SUCCESS;
 }
 

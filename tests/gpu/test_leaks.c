@@ -98,25 +98,25 @@ static int one_cycle(agmm_ctx *ctx, gleak_job *job, int kind, const gleak_bufs *
     return st == AGMM_SUCCESS;
 }
 
-static int bufs_make(gleak_bufs *bf, int nranks)
+static int bufs_make(gleak_bufs *bf, int rank, int nranks)
 {
     memset(bf, 0, sizeof *bf);
     size_t out = (size_t)nranks * GL_M * GL_K * 2;
     if (out < (size_t)GL_AR_N * 4)
         out = (size_t)GL_AR_N * 4;
     const size_t b = (size_t)GL_K * GL_N * 2, c = (size_t)nranks * GL_M * GL_N * 2;
-    return cudaStreamCreateWithFlags(&bf->s, cudaStreamNonBlocking) == cudaSuccess &&
+    return (bf->s = gpu_rank_stream(rank, 0)) != NULL &&
            cudaMalloc(&bf->b, b) == cudaSuccess && cudaMemset(bf->b, 0, b) == cudaSuccess &&
            cudaMalloc(&bf->out, out) == cudaSuccess && cudaMalloc(&bf->c, c) == cudaSuccess;
 }
 
 static void bufs_free(gleak_bufs *bf)
 {
+    if (bf->s)
+        cudaStreamSynchronize(bf->s);
     cudaFree(bf->b);
     cudaFree(bf->out);
     cudaFree(bf->c);
-    if (bf->s)
-        cudaStreamDestroy(bf->s);
 }
 
 /* Every rank meets; returns 0 when some rank has failed (every rank then stops alike). */
@@ -133,7 +133,7 @@ static agmm_status plan_cycles_rank(agmm_ctx *ctx, void *arg)
     gleak_job *job = arg;
     const int rank = agmm_ctx_rank(ctx);
     gleak_bufs bf;
-    if (!bufs_make(&bf, job->nranks)) {
+    if (!bufs_make(&bf, rank, job->nranks)) {
         gpu_rank_fail(&job->res, rank, "device buffers: %s", cudaGetErrorString(cudaGetLastError()));
         atomic_store(&job->stop, 1);
     }
@@ -161,7 +161,7 @@ static agmm_status world_cycle_rank(agmm_ctx *ctx, void *arg)
     gleak_job *job = arg;
     const int rank = agmm_ctx_rank(ctx);
     gleak_bufs bf;
-    if (bufs_make(&bf, job->nranks))
+    if (bufs_make(&bf, rank, job->nranks))
         one_cycle(ctx, job, job->world_cycle % job->nkinds, &bf);
     else
         gpu_rank_fail(&job->res, rank, "device buffers: %s", cudaGetErrorString(cudaGetLastError()));

@@ -87,7 +87,7 @@ static agmm_status mr_rank(agmm_ctx *ctx, void *arg)
     res->ok[rank] = 1;
     /* Everything allocated and uploaded before planning (ranks sharing a GPU: no device-wide
      * synchronising call while a peer's run may wait in a barrier for this rank). */
-    RANK_CUDA(res, rank, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    RANK_STREAM(res, rank, s, 0);
     RANK_CUDA(res, rank, cudaMalloc(&d_a, 2 * a_bytes));
     RANK_CUDA(res, rank, cudaMalloc(&d_b, 2 * b_bytes));
     RANK_CUDA(res, rank, cudaMalloc(&d_out, out_bytes + 16));
@@ -138,8 +138,6 @@ done:
     cudaFree(d_out);
     cudaFreeHost(h_in);
     cudaFreeHost(h_out);
-    if (s)
-        cudaStreamDestroy(s);
     return AGMM_SUCCESS;
 }
 
@@ -364,7 +362,7 @@ static agmm_status timeout_rank(agmm_ctx *ctx, void *arg)
     cudaStream_t s = NULL;
     void *d_a = NULL, *d_b = NULL, *d_out = NULL;
     res->ok[rank] = 1;
-    RANK_CUDA(res, rank, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    RANK_STREAM(res, rank, s, 0);
     RANK_CUDA(res, rank, cudaMalloc(&d_a, 128 * 128 * 2));
     RANK_CUDA(res, rank, cudaMalloc(&d_b, 128 * 128 * 2));
     RANK_CUDA(res, rank, cudaMalloc(&d_out, 128 * 128 * 2));
@@ -408,8 +406,6 @@ done:
     cudaFree(d_a);
     cudaFree(d_b);
     cudaFree(d_out);
-    if (s)
-        cudaStreamDestroy(s);
     return AGMM_SUCCESS;
 }
 

@@ -39,7 +39,7 @@ static agmm_status stalled_rank(agmm_ctx *ctx, void *arg)
     void *out = NULL;
     cudaStream_t s = NULL;
     res->setup_ok = agmm_plan_all_reduce(&plan, ctx, &d) == AGMM_SUCCESS && cudaMalloc(&out, 4096 * 4) == cudaSuccess &&
-                    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess &&
+                    (s = gpu_rank_stream(agmm_ctx_rank(ctx), 0)) != NULL &&
                     cudaMemset(agmm_plan_input(plan), 0, 4096 * 4) == cudaSuccess;
     agmm_all_reduce_io io = {.out = out};
     if (res->setup_ok && agmm_launch_delay((uint64_t)(STALL_S * 1e9), s) == cudaSuccess &&
@@ -62,7 +62,6 @@ static agmm_status stalled_rank(agmm_ctx *ctx, void *arg)
     double t0 = now_s();
     agmm_plan_destroy(plan);
     cudaStreamSynchronize(s);
-    cudaStreamDestroy(s);
     cudaFree(out);
     cudaGetLastError();
     res->teardown_s = now_s() - t0;

@@ -89,7 +89,7 @@ static agmm_status pull_rank(agmm_ctx *ctx, void *arg)
     if (st == AGMM_SUCCESS && rank == j->slow_rank)
         st = agmm_pull_set_delay(plan, (int64_t)j->delay_ms * 1000000);
     snprintf(j->msg[rank], sizeof j->msg[rank], "setup: %s", agmm_last_error(ctx));
-    if (st == AGMM_SUCCESS && cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess &&
+    if (st == AGMM_SUCCESS && (s = gpu_rank_stream(rank, 0)) != NULL &&
         cudaMalloc(&d_b, (size_t)(j->k * j->n) * 2) == cudaSuccess && cudaMalloc(&d_ag, ag * 2) == cudaSuccess &&
         cudaMalloc(&d_c, c * 2) == cudaSuccess && cudaMallocHost((void **)&h_a, RUNS * shard * 2) == cudaSuccess &&
         cudaMallocHost((void **)&h_ag, ag * 2) == cudaSuccess && cudaMallocHost((void **)&h_c, c * 2) == cudaSuccess &&
@@ -152,8 +152,6 @@ static agmm_status pull_rank(agmm_ctx *ctx, void *arg)
     cudaFreeHost(h_a);
     cudaFreeHost(h_ag);
     cudaFreeHost(h_c);
-    if (s)
-        cudaStreamDestroy(s);
     return AGMM_SUCCESS;
 }
 
@@ -280,12 +278,12 @@ static agmm_status slots_rank(agmm_ctx *ctx, void *arg)
     slots_job *j = arg;
     const int rank = agmm_ctx_rank(ctx);
     j->res.ok[rank] = 1;
-    cudaStream_t s = NULL;
+    cudaStream_t s = gpu_rank_stream(rank, 0);
     cudaGraphExec_t exec = NULL, more = NULL;
     step_rank sr;
-    int ok = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess;
+    int ok = s != NULL;
     if (!ok)
-        gpu_rank_fail(&j->res, rank, "cudaStreamCreateWithFlags failed");
+        gpu_rank_fail(&j->res, rank, "no stream (gpu_rank_stream)");
     /* Collective: every rank plans, whatever failed before. Step i reads slot i of one symmetric
      * buffer: a distinct io.input per step. */
     ok = step_rank_init(&sr, ctx, &pull_case, SLOT_STEPS, STEP_SYMMETRIC, &j->res) && ok;

@@ -20,11 +20,11 @@
  * change a result. Without the library's ordering the slowed rank's step i+1 would meet its peers'
  * step i: wrong sums, NaN rows from a chunk flag of the other run, or a timeout.
  *
- * Each rank's two streams are made by its first case and kept for the world's life. Made and
- * destroyed per case, an emulated W = 4 stalled in 9 of 15 runs of this group (a rank's all-reduce
- * kernel never reached its barrier) and in 0 of 12 when kept, the two alternating in the same calls
- * (H200, 2026-12-04: docs/results). Most likely the new streams landed on hardware queues that
- * other ranks' live streams use (docs/architecture.md, emulated worlds). */
+ * Each rank's two streams are gpu_rank_stream's 0 and 1, kept for the process as in every GPU test
+ * group. Made and destroyed per case, an emulated W = 4 stalled in 9 of 15 runs of this group (a
+ * rank's all-reduce kernel never reached its barrier) and in 0 of 12 when kept, the two alternating
+ * in the same calls (H200, 2026-12-04: docs/results). Most likely the new streams landed on hardware
+ * queues that other ranks' live streams use (docs/architecture.md, emulated worlds). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,7 +47,6 @@ typedef struct {
     int steps, two_streams;
     uint64_t seed;
     int delayed;                 /* steps that were slowed, counted by rank 0 */
-    cudaStream_t (*streams)[2];  /* [rank]: the rank's two streams, made by its first case */
     gpu_rank_results res;
 } steps_job;
 
@@ -69,12 +68,11 @@ static agmm_status steps_rank(agmm_ctx *ctx, void *arg)
     const int pull = ag && strcmp(j->sc->backend, "pull") == 0 && W > 1;
     const int mr_fused = !ag && strcmp(j->sc->backend, "fused") == 0 && W > 1;
     j->res.ok[rank] = 1;
-    cudaStream_t *s = j->streams[rank];
+    const cudaStream_t s[2] = {gpu_rank_stream(rank, 0), gpu_rank_stream(rank, 1)};
     step_rank sr;
-    int ok = (s[0] || cudaStreamCreateWithFlags(&s[0], cudaStreamNonBlocking) == cudaSuccess) &&
-             (s[1] || cudaStreamCreateWithFlags(&s[1], cudaStreamNonBlocking) == cudaSuccess);
+    int ok = s[0] != NULL && s[1] != NULL;
     if (!ok)
-        gpu_rank_fail(&j->res, rank, "cudaStreamCreateWithFlags failed");
+        gpu_rank_fail(&j->res, rank, "no streams (gpu_rank_stream)");
     ok = step_rank_init(&sr, ctx, j->sc, j->steps, j->two_streams ? STEP_SYMMETRIC : STEP_STAGED, &j->res) && ok;
     ok = ok && step_fill(&sr, j->seed, s[0]);
     if (ok && cudaStreamSynchronize(s[0]) != cudaSuccess)
@@ -129,8 +127,6 @@ void steps_cases(int nranks, int cases_of, int only_new, int steps, int two_stre
         return;
     step_case cases[64];
     const int ncases = gpu_step_cases_of(w, cases_of, only_new, spread, cases, 64);
-    cudaStream_t streams[AGMM_MAX_RANKS][2];
-    memset(streams, 0, sizeof streams);
     for (int c = 0; c < ncases; c++) {
         const step_case *sc = &cases[c];
         steps_job *j = calloc(1, sizeof *j);
@@ -138,7 +134,7 @@ void steps_cases(int nranks, int cases_of, int only_new, int steps, int two_stre
             agmm_check(0, "steps: out of host memory");
             continue;
         }
-        *j = (steps_job){.sc = sc, .steps = steps, .two_streams = two_streams, .streams = streams,
+        *j = (steps_job){.sc = sc, .steps = steps, .two_streams = two_streams,
                          .seed = 0xbb67ae85ull * (uint64_t)(c + 1) + (uint64_t)(nranks * 2 + two_streams)};
         agmm_status st = agmm_world_run(w, steps_rank, j);
         char name[128], what[360];
@@ -148,12 +144,6 @@ void steps_cases(int nranks, int cases_of, int only_new, int steps, int two_stre
         gpu_report_job(st, &j->res, nranks, what);
         free(j);
     }
-    for (int r = 0; r < nranks; r++)
-        for (int i = 0; i < 2; i++)
-            if (streams[r][i]) {
-                cudaStreamSynchronize(streams[r][i]);
-                cudaStreamDestroy(streams[r][i]);
-            }
     agmm_world_destroy(w);
 }
 
