@@ -46,8 +46,12 @@
  * mul = floor(2^32 (2^shift - d) / d) + 1 (< 2^32):  n / d = (umulhi(n, mul) + n) >> shift,
  * the round-up method of Granlund and Montgomery ("Division by invariant integers using
  * multiplication", 1994, Fig. 4.1; the sum is taken in 64 bits, so no split shift is needed).
- * mul = 0 marks a divisor whose dividends may reach 2^32 (or d > 2^31): plain division then. The
- * host and device forms compute the same bits, so the CPU tests prove the kernels' arithmetic. */
+ * mul = 0 marks a divisor whose dividends may reach 2^32 (or d > 2^31): plain division then, on
+ * the host only. The device form has no such branch: the GEMM engine, the schedule's one device
+ * user, refuses schedules of 2^31 tiles or more (kernels/gemm/plan.c), and below that every
+ * divider has its multiplier; without the fallback's 64-bit division calls the engine's code
+ * shrank by a third (docs/results, 2026-12-04, sixth session). For those, the host and device
+ * forms compute the same bits, so the CPU tests prove the kernels' arithmetic. */
 typedef struct {
     int64_t d;
     uint32_t mul, shift;
@@ -68,11 +72,11 @@ AGMM_HD agmm_fastdiv agmm_fastdiv_make(int64_t d, int64_t max_n)
 /* n / f.d for 0 <= n <= the max_n f was made for. */
 AGMM_HD int64_t agmm_fastdiv_div(int64_t n, agmm_fastdiv f)
 {
-    if (!f.mul)
-        return n / f.d;
 #if defined(__CUDA_ARCH__)
     const uint32_t hi = __umulhi((uint32_t)n, f.mul);
 #else
+    if (!f.mul)
+        return n / f.d;
     const uint32_t hi = (uint32_t)(((uint64_t)(uint32_t)n * f.mul) >> 32);
 #endif
     return (int64_t)(((uint64_t)hi + (uint64_t)n) >> f.shift);

@@ -63,20 +63,6 @@ __device__ __forceinline__ void tma_load_2d_mc(uint32_t dst, const CUtensorMap *
                  : "memory");
 }
 
-/* Producer-side wait on an empty barrier that the partner CTA's consumers also arrive on:
- * acquire at cluster scope, so their reads of the slot are ordered before our refill. */
-__device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity)
-{
-    uint32_t done;
-    do {
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-                     "selp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(bar), "r"(parity)
-                     : "memory");
-    } while (!done);
-}
-
 /* Arrive on the barrier at the same offset in CTA `cta` of the cluster. The default (CTA-scope)
  * semantics, not .release.cluster: the callers are consumers giving back a slot whose reads by
  * wgmma have completed (wait_group), so there is nothing left to order before the partner's TMA

@@ -421,6 +421,17 @@ static void test_bad_args(pools *p)
                "gemm_engine rejects chunk flags with timeout_ns = 0: \"%s\"", err.msg);
     d.chunk_flags = NULL;
     d.dev_error = NULL;
+    /* 2^30 rows by 2^21 columns: 2^36 tiles of 128x256, past what the device decode divides. */
+    d.m = (int64_t)1 << 30;
+    d.n = (int64_t)1 << 21;
+    d.config = 0;
+    agmm_error_clear(&err);
+    st = agmm_gemm_plan_create(&plan, &d, &err);
+    agmm_check(st == AGMM_ERR_UNSUPPORTED && plan == NULL && strstr(err.msg, "68719476736 tiles"),
+               "gemm_engine rejects a schedule of 2^36 tiles: \"%s\"", err.msg);
+    d.m = 64;
+    d.n = 64;
+    d.config = -1;
     d.c = (char *)p->d_c + 2;
     agmm_error_clear(&err);
     st = agmm_gemm_plan_create(&plan, &d, &err);

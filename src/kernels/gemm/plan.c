@@ -353,6 +353,14 @@ agmm_status agmm_gemm_plan_create(agmm_gemm_plan **out, const agmm_gemm_desc *d,
     if (sc)
         AGMM_TRY(st, scatter_create(pl, err));
     pl->tiles = agmm_sched_num_tiles(&p->sched);
+    /* The device decode divides by multipliers alone (core/schedule.h), which every divider of a
+     * schedule of fewer than 2^31 tiles has. */
+    if (pl->tiles > INT32_MAX) {
+        st = AGMM_FAIL(err, AGMM_ERR_UNSUPPORTED,
+                       "gemm engine: rows of A=%lld, n=%lld: %lld tiles of %dx%d; at most 2^31 - 1 tiles are supported",
+                       (long long)a_rows(d), (long long)d->n, (long long)pl->tiles, pl->config->bm, pl->config->bn);
+        goto fail;
+    }
     p->n = d->n;
     p->k_blocks = (int)((d->k + GEMM_BK - 1) / GEMM_BK);
     p->sk_first = pl->tiles;

@@ -10,7 +10,7 @@
  *            read the slot, twice per use, after wgmma.wait_group shows that warp's reads of
  *            slot s are done: once here and once at the partner CTA when B was shared (its
  *            producer wrote into our slot), else twice here; 8 warps per use cooperative, the
- *            owner's 4 ping-pong. Waiter: the producer (acquire.cluster), with the parity of the
+ *            owner's 4 ping-pong. Waiter: the producer (CTA scope: wait_free), with the parity of the
  *            previous pass, so the first pass falls through.
  *   order    ping-pong only, count 1; phase i completes when the consumer of the CTA's unit i
  *            has issued that unit's last MMAs (writer: its thread 0). Waiter: the other
@@ -98,10 +98,14 @@ struct ring {
     }
 
     /* Producer: the slot is free once our consumers, and with a shared B the partner's too, are
-     * done with its previous contents (our multicast is about to write the partner's copy). */
+     * done with its previous contents (our multicast is about to write the partner's copy). A
+     * CTA-scope wait suffices even then: every arrival comes after wgmma.wait_group showed the
+     * arriving warp's reads of the slot complete, and the refill is a write issued after we see
+     * the phase, so there is no data to acquire. A cluster-scope acquire compiles to an L1
+     * invalidate (CCTL.IVALL) on every K block. */
     __device__ __forceinline__ void wait_free(const ring_pos<Cfg> &pos) const
     {
-        mbar_wait_cluster(empty(pos.stage), pos.phase ^ 1);
+        mbar_wait(empty(pos.stage), pos.phase ^ 1);
     }
 
     /* Producer: every byte landing in this CTA's slot, ours and the partner's multicast alike. */
