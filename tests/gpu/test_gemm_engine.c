@@ -505,10 +505,13 @@ void test_gemm_engine(void)
      * split-tail configs split the last two (17 and 8 K blocks on 21 and 64 tiles). On a grid of
      * 5 or 7 CTAs every CTA has 2 to 10 units, so both ping-pong consumers work, and
      * skip each other's units: of 2 K blocks (several units in the ring at once) and of 17 (more
-     * than the ring holds: the case the order barrier of ring.cuh makes safe). */
+     * than the ring holds: the case the order barrier of ring.cuh makes safe). N = 100 (column-major
+     * B only): rows of C not 16-byte aligned, so epi_store stores element by element. */
     for (int c = 0; c < agmm_gemm_num_configs(); c++)
         for (int lay = 0; lay < 2; lay++) {
             run_plain(&p, 1000, 264, 72, (agmm_layout)lay, c, 1 << 20);
+            if ((agmm_layout)lay == AGMM_LAYOUT_COL_MAJOR)
+                run_plain(&p, 1000, 100, 72, (agmm_layout)lay, c, 1 << 20);
             run_plain(&p, 777, 520, 1032, (agmm_layout)lay, c, 1 << 20);
             run_plain(&p, 2048, 1000, 512, (agmm_layout)lay, c, 64);
             run_plain_ctas(&p, 1000, 264, 72, (agmm_layout)lay, c, 1 << 20, 5);
