@@ -31,8 +31,6 @@
 #include "gpu_tests.h"
 #include "../harness.h"
 
-void test_all_reduce_gpu(void);
-
 enum { MODE_OUT = 0, MODE_IN_PLACE, MODE_MISALIGNED, NMODES };
 static const char *const mode_name[NMODES] = {"out of place", "in place", "out of place, out misaligned by 1 element"};
 
