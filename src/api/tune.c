@@ -185,7 +185,7 @@ typedef struct {
     int runs_max;               /* rank 0's AGMM_TUNE_RUNS */
     double *times;              /* of one candidate's runs, in us: runs_max */
     int gpu;
-    void *stream;               /* the runs' cudaStream_t; NULL in the CPU world */
+    void *stream;               /* the runs' cudaStream_t (the rank's measuring stream); NULL in the CPU world */
 #ifdef AGMM_HAVE_CUDA
     cudaEvent_t *events;        /* start and stop of each timed run: 2 * runs_max */
 #endif
@@ -238,8 +238,6 @@ static void session_close(session *se)
             if (se->events[i])
                 cudaEventDestroy(se->events[i]);
         free(se->events);
-        if (se->stream)
-            cudaStreamDestroy((cudaStream_t)se->stream);
         cudaGetLastError();
     }
 #endif
@@ -278,7 +276,7 @@ static agmm_status session_open(session *se)
 #ifdef AGMM_HAVE_CUDA
     int l2 = 0;
     cudaStream_t s = NULL;
-    AGMM_CUDA_TRY(st, err, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    AGMM_TRY(st, agmm_gpu_measure_stream(se->ctx, &s));
     se->stream = s;
     for (int i = 0; i < 2 * se->runs_max; i++)
         AGMM_CUDA_TRY(st, err, cudaEventCreate(&se->events[i]));

@@ -42,6 +42,7 @@ CUmemAllocationProp agmm_gpu_vmm_prop(CUdevice device);
 
 typedef struct agmm_gpu_rank {
     cudaStream_t copy_stream;          /* high priority, non-blocking: the copy-engine role */
+    cudaStream_t measure_stream;       /* auto's timed runs: made at the first, kept (agmm_gpu_measure_stream) */
     cublasLtHandle_t lt;
     ncclComm_t nccl_comm;              /* NULL where the world has no AGMM_CAP_NCCL */
     agmm_dev_error *err_host;          /* mapped pinned memory written by kernels on timeout */
@@ -98,6 +99,13 @@ agmm_status agmm_gpu_order_run(agmm_ctx *ctx, cudaStream_t stream);
 /* The events that mark the rank's last runs, eager and replayed, for the waits that must cover
  * all of its work (agmm_ctx_sync, the host exchange over NCCL); returns how many (0..2). */
 int agmm_gpu_run_events(const agmm_gpu_rank *g, cudaEvent_t ev[2]);
+
+/* The stream auto times its candidates on: non-blocking, of default priority, made on the first
+ * call and kept until the rank is destroyed. Kept rather than made per measurement: streams made
+ * and destroyed per case stalled emulated worlds and, made and destroyed during plan creation,
+ * slowed later runs by 1.5-2 us on the H200 (docs/architecture.md, emulated worlds; gemm_lt.c);
+ * made lazily, so that a world that never measures makes none. Local. */
+agmm_status agmm_gpu_measure_stream(agmm_ctx *ctx, cudaStream_t *out);
 
 /* Rejects the legacy default stream where ranks share a device: it serialises their streams, so
  * a barrier would wait for a peer queued behind it. Use one non-blocking stream per rank there. */

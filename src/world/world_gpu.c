@@ -406,6 +406,10 @@ void agmm_gpu_rank_destroy(agmm_ctx *ctx)
         cudaEventDestroy(g->last_replay);
     if (g->copy_stream)
         cudaStreamDestroy(g->copy_stream);
+    if (g->measure_stream) {
+        cudaStreamSynchronize(g->measure_stream);
+        cudaStreamDestroy(g->measure_stream);
+    }
     if (g->err_host)
         cudaFreeHost(g->err_host);
     cudaGetLastError();
@@ -484,6 +488,17 @@ agmm_status agmm_gpu_rank_sync(agmm_ctx *ctx)
     AGMM_CUDA_TRY(st, &ctx->err, wait_own_work(ctx));
     AGMM_CUDA_TRY(st, &ctx->err, cudaGetLastError());
     st = agmm_gpu_check_dev_error(ctx);
+fail:
+    return st;
+}
+
+agmm_status agmm_gpu_measure_stream(agmm_ctx *ctx, cudaStream_t *out)
+{
+    agmm_status st = AGMM_SUCCESS;
+    agmm_gpu_rank *g = ctx->gpu;
+    if (g->measure_stream == NULL)
+        AGMM_CUDA_TRY(st, &ctx->err, cudaStreamCreateWithFlags(&g->measure_stream, cudaStreamNonBlocking));
+    *out = g->measure_stream;
 fail:
     return st;
 }
