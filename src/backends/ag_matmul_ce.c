@@ -197,16 +197,16 @@ static agmm_status gpu_create(agmm_plan *plan)
                 align_chunk = a;
         }
     }
+    const unsigned flags = AGMM_GEMM_LT_SKINNY | (ri->ranks_on_device > 1 ? AGMM_GEMM_LT_SHARED_DEVICE : 0);
     AGMM_TRY(st, agmm_gemm_lt_create(&x->local, lt, d->m, d->n, d->k, d->b_layout, align_local,
-                                     AGMM_GEMM_LT_WORKSPACE_BYTES, ri->ranks_on_device > 1, err));
+                                     AGMM_GEMM_LT_WORKSPACE_BYTES, flags, err));
     if (ri->nranks > 1) {
         x->chunk_rows[0] = d->m / d->splits;
         x->chunk_rows[1] = x->chunk_rows[0] + 1;
         for (int i = 0; i < 2; i++)
             if (x->chunk_rows[i] >= 1 && (i == 0 || d->m % d->splits != 0))
                 AGMM_TRY(st, agmm_gemm_lt_create(&x->chunk[i], lt, x->chunk_rows[i], d->n, d->k, d->b_layout,
-                                                 align_chunk, AGMM_GEMM_LT_WORKSPACE_BYTES, ri->ranks_on_device > 1,
-                                                 err));
+                                                 align_chunk, AGMM_GEMM_LT_WORKSPACE_BYTES, flags, err));
     }
     AGMM_CUDA_TRY(st, err, cudaMalloc(&x->workspace, AGMM_GEMM_LT_WORKSPACE_BYTES));
     AGMM_CUDA_TRY(st, err, cudaEventCreateWithFlags(&x->ev_chunk, cudaEventDisableTiming));

@@ -1,4 +1,5 @@
-/* A small cuBLASLt wrapper for the row-major GEMMs of the nccl and ce backends (internal):
+/* The plain GEMMs of the backends that do not run the GEMM engine (internal): cuBLASLt, or agmm's
+ * skinny kernel where the plan allows it and it is timed faster (flags below):
  *   C (rows x n, row-major bf16) = A (rows x k, row-major bf16) * B (k x n in b_layout),
  * fp32 accumulation, alpha 1, beta 0. Everything cuBLASLt needs is made at plan time
  * (descriptors, layouts, the algorithm: below); agmm_gemm_lt_run only enqueues the product.
@@ -21,30 +22,44 @@
 
 typedef struct agmm_gemm_lt agmm_gemm_lt;
 
+/* What a plan allows its GEMM: flags of agmm_gemm_lt_create. */
+enum {
+    /* Ranks share this GPU (an emulated world), so the GEMM may be launched while peers' kernels
+     * spin on SMs waiting for this rank: then an algorithm whose CTAs come in clusters of more than
+     * 2 is avoided where cuBLASLt offers another. Such a cluster needs that many free SMs in one
+     * GPC, which peers' spinning blocks, spread over every GPC, can deny for good (seen on the
+     * H200: cuBLAS's 8-CTA clusters at 512^3 never started under 3 peers' all-reduce blocks, a
+     * timeout). Nothing is timed there. */
+    AGMM_GEMM_LT_SHARED_DEVICE = 1u << 0,
+    /* agmm's skinny kernel (src/kernels/skinny_gemm.h: m <= 64, B column-major) may run the GEMM:
+     * with AGMM_SKINNY=1 where it is timed faster than cuBLASLt's candidates (so only where they
+     * are timed), with AGMM_SKINNY=force wherever it applies. Every backend's GEMMs but the nccl
+     * baselines' and agmm-bench's yardstick, which stay what frameworks run: cuBLASLt. */
+    AGMM_GEMM_LT_SKINNY = 1u << 1,
+};
+
 /* Plans one GEMM shape. align_bytes (a power of two, 2..16) is the alignment every A and C
  * pointer given to run will have; B pointers must be 16-byte aligned. workspace_bytes is the
- * size of the workspace run will get. shared_device: ranks share this GPU (an emulated world),
- * so the GEMM may be launched while peers' kernels spin on SMs waiting for this rank; then an
- * algorithm whose CTAs come in clusters of more than 2 is avoided where cuBLASLt offers another:
- * such a cluster needs that many free SMs in one GPC, which peers' spinning blocks, spread over
- * every GPC, can deny for good (seen on the H200: cuBLAS's 8-CTA clusters at 512^3 never started
- * under 3 peers' all-reduce blocks, a timeout). Statuses: AGMM_ERR_CUBLAS (incl. no algorithm
- * found). On a GPU of its own (shared_device 0) the algorithm is timed: cuBLASLt's heuristic
- * offers up to 8, and its first was up to 9% slower than the fastest of them on the H200's seed and
- * model shapes (18% at 256^3), so each is run on scratch operands of the plan's shape and the
- * fastest kept (where it gains 1% or more; once per shape in a process; AGMM_LT_TUNE=0 turns it
- * off). That costs the plan a few milliseconds and, for the largest shapes, ~0.1 s, and scratch
- * memory of the operands' size (skipped where over a quarter of the free memory). Products of one
- * shape may then differ in their last bits between processes; not within one. */
+ * size of the workspace run will get. flags: the enum above. Statuses: AGMM_ERR_CUBLAS (incl. no
+ * algorithm found). On a GPU of its own the algorithm is timed: cuBLASLt's heuristic offers up to
+ * 8, and its first was up to 9% slower than the fastest of them on the H200's seed and model
+ * shapes (18% at 256^3), so each is run on scratch operands of the plan's shape and the fastest
+ * kept (where it gains 1% or more; once per shape in a process; AGMM_LT_TUNE=0 turns it off),
+ * the skinny kernel among them where flags and AGMM_SKINNY allow. That costs the plan a few
+ * milliseconds and, for the largest shapes, ~0.1 s, and scratch memory of the operands' size
+ * (skipped where over a quarter of the free memory). Products of one shape may then differ in
+ * their last bits between processes; not within one. */
 agmm_status agmm_gemm_lt_create(agmm_gemm_lt **out, cublasLtHandle_t lt, int64_t rows, int64_t n, int64_t k,
-                                agmm_layout b_layout, unsigned align_bytes, size_t workspace_bytes,
-                                int shared_device, agmm_error *err);
+                                agmm_layout b_layout, unsigned align_bytes, size_t workspace_bytes, unsigned flags,
+                                agmm_error *err);
 /* Enqueues the product on stream. workspace: device memory of the planned size, used by one
  * stream at a time. */
 agmm_status agmm_gemm_lt_run(const agmm_gemm_lt *g, const void *a, const void *b, void *c, void *workspace,
                              cudaStream_t stream, agmm_error *err);
 /* NULL-safe. */
 void agmm_gemm_lt_destroy(agmm_gemm_lt *g);
+/* 1 where g runs agmm's skinny kernel, 0 where cuBLASLt's algorithm (tests, logs). */
+int agmm_gemm_lt_skinny(const agmm_gemm_lt *g);
 
 /* Runs g once on scratch data (a: rows x k, b: k x n, c: rows x n device buffers) and waits, so
  * that CUDA's lazy loading brings its kernel in now. Where ranks share a GPU, loading a kernel

@@ -42,26 +42,27 @@ fail:
     return st;
 }
 
-static agmm_status gemm_create(agmm_plan *plan, agmm_mr_gemm *g, int whole, int blocks)
+static agmm_status gemm_create(agmm_plan *plan, agmm_mr_gemm *g, unsigned what)
 {
     agmm_status st = AGMM_SUCCESS;
     agmm_ctx *ctx = plan->ctx;
     agmm_error *err = agmm_ctx_err(ctx);
     cublasLtHandle_t lt = agmm_ctx_gpu(ctx)->lt;
     const agmm_mr_shape s = agmm_mr_shape_of(plan);
-    const int shared = agmm_ctx_info(ctx)->ranks_on_device > 1; /* gemm_lt.h: clusters */
+    const unsigned flags = (agmm_ctx_info(ctx)->ranks_on_device > 1 ? AGMM_GEMM_LT_SHARED_DEVICE : 0) |
+                           (what & AGMM_MR_GPU_LT_ONLY ? 0 : AGMM_GEMM_LT_SKINNY);
     /* Every C a plan writes starts 16-byte aligned: an output, a slot, a symmetric buffer. */
-    if (whole)
+    if (what & AGMM_MR_GPU_WHOLE)
         AGMM_TRY(st, agmm_gemm_lt_create(&g->whole, lt, s.m, s.n, s.k, s.layout, 16, AGMM_GEMM_LT_WORKSPACE_BYTES,
-                                         shared, err));
-    if (blocks) {
+                                         flags, err));
+    if (what & AGMM_MR_GPU_BLOCKS) {
         g->block_rows[0] = s.block_rows;
         /* The last non-empty block is the only one that may be shorter than R. */
         g->block_rows[1] = s.m - (s.m - 1) / s.block_rows * s.block_rows;
         for (int i = 0; i < 2; i++)
             if (i == 0 || g->block_rows[1] != g->block_rows[0])
                 AGMM_TRY(st, agmm_gemm_lt_create(&g->block[i], lt, g->block_rows[i], s.n, s.k, s.layout, 16,
-                                                 AGMM_GEMM_LT_WORKSPACE_BYTES, shared, err));
+                                                 AGMM_GEMM_LT_WORKSPACE_BYTES, flags, err));
     }
     AGMM_CUDA_TRY(st, err, cudaMalloc(&g->workspace, AGMM_GEMM_LT_WORKSPACE_BYTES));
     if (agmm_ctx_info(ctx)->ranks_on_device > 1)
@@ -176,7 +177,7 @@ agmm_status agmm_mr_gpu_create(agmm_plan *plan, unsigned what, int64_t kernel_el
         if (agmm_mr_block(&s, s.rank, NULL) < s.block_rows)
             AGMM_CUDA_TRY(st, err, cudaMalloc(&x->recv, block_bytes));
     }
-    AGMM_TRY(st, gemm_create(plan, &x->gemm, (what & AGMM_MR_GPU_WHOLE) != 0, (what & AGMM_MR_GPU_BLOCKS) != 0));
+    AGMM_TRY(st, gemm_create(plan, &x->gemm, what));
 fail:
     return st;
 }

@@ -32,11 +32,7 @@
 
 #include <stdint.h>
 
-#if defined(__CUDACC__)
-#define AGMM_HD __host__ __device__ __forceinline__
-#else
-#define AGMM_HD static inline
-#endif
+#include "hd.h"
 
 /* Division by a plan's constant without a divide instruction. A GPU has none: a 32-bit `/` is ~20
  * instructions around a reciprocal, and decoding a tile index took a dozen, on the path of every

@@ -53,6 +53,7 @@ static const agmm_test_case cases[] = {
     {"matmul_reduce_timeout", test_matmul_reduce_timeout},
     {"gemm_engine", gemm_engine},
     {"gemm_engine_pull", test_gemm_engine_pull},
+    {"skinny", test_skinny_gpu},
     {"all_reduce_gpu", all_reduce_gpu},
     {"ar_norm_gpu", test_ar_norm_gpu},
     {"ar_norm_graph", test_ar_norm_graph},

@@ -60,6 +60,10 @@ void test_ar_norm_gpu(void);
 void test_ar_norm_graph(void);
 void test_ar_norm_timeout(void);
 void test_ar_norm_small(int nranks); /* for test_sanitize: two small cases at W = nranks */
+/* test_skinny.c: the skinny GEMM against fp64 (exact on integers, poisoned C and guard, repeatable
+ * bits) and the plain GEMM plans' choice of it under AGMM_SKINNY. */
+void test_skinny_gpu(void);
+void test_skinny_small(void); /* for test_sanitize: the exact shapes alone */
 /* Timing at W = 1 of ce against nccl on the seed shapes; runs only with AGMM_GPUTEST_PERF=1. */
 void test_ag_matmul_perf_w1(void);
 
