@@ -18,10 +18,13 @@
  * W*M; '#' starts a comment); --list-shapes prints the default list in that format.
  * --configs -1,0,3 (or "all": the policy and every config) times several engine variants per
  * shape against the one cuBLASLt measurement; CSV: one row per shape and engine variant.
+ * --lt-clusters adds to the yardstick each heuristic algorithm with its cluster shape forced to
+ * 1x1, 2x1, 1x2 and 2x2 (where cuBLASLt accepts it): the heuristic offers only AUTO clusters, and
+ * torch.matmul beat the best of them by up to 20% on some shapes (docs/results, 2026-12-04).
  *
  *   gemm-lab [--w 1,2,4,8] [--min 256] [--max 4096] [--step 128] [--no-models] [--shapes-file F]
- *            [--list-shapes] [--configs -1] [--algos 16] [--ws-mib 64] [--reps 20] [--warmup 3]
- *            [--layout col|row] [--no-flush] [--csv file]
+ *            [--list-shapes] [--configs -1] [--algos 16] [--lt-clusters] [--ws-mib 64] [--reps 20]
+ *            [--warmup 3] [--layout col|row] [--no-flush] [--csv file]
  */
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -92,6 +95,7 @@ __global__ void fill_kernel(__nv_bfloat16 *x, size_t n, uint64_t seed, uint16_t 
 }
 
 #define MAX_ALGOS 16
+#define MAX_LT (5 * MAX_ALGOS) /* the heuristic's and, with --lt-clusters, 4 cluster shapes of each */
 #define MAX_VARIANTS 48
 
 typedef struct {
@@ -104,7 +108,7 @@ typedef struct {
     shape *shapes;
     int nshapes;
     int configs[MAX_VARIANTS], nconfigs;
-    int algos, reps, warmup, flush, list;
+    int algos, reps, warmup, flush, list, lt_clusters;
     size_t ws_bytes;
     agmm_layout layout;
     const char *csv;
@@ -132,11 +136,40 @@ static int cmp_float(const void *a, const void *b)
 typedef struct {
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t lb, la, lc;
-    cublasLtMatmulHeuristicResult_t h[MAX_ALGOS];
+    cublasLtMatmulHeuristicResult_t h[MAX_LT];
     int count;
 } lt_set;
 
-static void lt_set_make(lab *L, lt_set *P, int64_t rows, int64_t n, int64_t k, agmm_layout lay, int want)
+/* Appends to P each of its first `base` algorithms with the cluster shapes below forced, where
+ * cuBLASLt's check accepts the result within the workspace. */
+static void lt_add_clusters(lab *L, lt_set *P, int base)
+{
+    const uint16_t shapes[] = {CUBLASLT_CLUSTER_SHAPE_1x1x1, CUBLASLT_CLUSTER_SHAPE_2x1x1, CUBLASLT_CLUSTER_SHAPE_1x2x1,
+                               CUBLASLT_CLUSTER_SHAPE_2x2x1};
+    for (int i = 0; i < base; i++)
+        for (size_t j = 0; j < sizeof shapes / sizeof shapes[0] && P->count < MAX_LT; j++) {
+            cublasLtMatmulHeuristicResult_t r = P->h[i];
+            uint16_t id = 0;
+            size_t got = 0;
+            if (r.state != CUBLAS_STATUS_SUCCESS ||
+                (cublasLtMatmulAlgoConfigGetAttribute(&r.algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &id, sizeof id,
+                                                      &got) == CUBLAS_STATUS_SUCCESS &&
+                 id == shapes[j]) ||
+                cublasLtMatmulAlgoConfigSetAttribute(&r.algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &shapes[j],
+                                                     sizeof shapes[j]) != CUBLAS_STATUS_SUCCESS)
+                continue;
+            cublasLtMatmulHeuristicResult_t check;
+            if (cublasLtMatmulAlgoCheck(L->lt, P->op, P->lb, P->la, P->lc, P->lc, &r.algo, &check) !=
+                    CUBLAS_STATUS_SUCCESS ||
+                check.workspaceSize > L->ws_bytes)
+                continue;
+            r.workspaceSize = check.workspaceSize;
+            P->h[P->count++] = r;
+        }
+}
+
+static void lt_set_make(lab *L, lt_set *P, int64_t rows, int64_t n, int64_t k, agmm_layout lay, int want,
+                        int clusters)
 {
     cublasOperation_t ta = lay == AGMM_LAYOUT_COL_MAJOR ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
     CHECK_LT(cublasLtMatmulDescCreate(&P->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -160,6 +193,8 @@ static void lt_set_make(lab *L, lt_set *P, int64_t rows, int64_t n, int64_t k, a
                 (long long)k);
         exit(1);
     }
+    if (clusters)
+        lt_add_clusters(L, P, P->count);
 }
 
 static void lt_set_free(lt_set *P)
@@ -288,9 +323,9 @@ static int run_shape(lab *L, const options *o, FILE *csv, const shape *s)
     const int64_t rows = (int64_t)s->w * s->m, n = s->n, k = s->k;
     const size_t c_elems = (size_t)(rows * n);
     lt_set P;
-    lt_set_make(L, &P, rows, n, k, o->layout, o->algos);
+    lt_set_make(L, &P, rows, n, k, o->layout, o->algos, o->lt_clusters);
 
-    variant v[MAX_VARIANTS + MAX_ALGOS];
+    variant v[MAX_VARIANTS + MAX_LT];
     int nv = 0, fails = 0;
     memset(v, 0, sizeof v);
     /* cuBLASLt's first algorithm is the reference for everything else. */
@@ -472,8 +507,8 @@ static void read_shapes(options *o, int *cap, const char *path)
 static void usage(void)
 {
     fprintf(stderr, "usage: gemm-lab [--w 1,2,4,8] [--min M] [--max M] [--step S] [--no-models] [--shapes-file F] "
-                    "[--list-shapes] [--configs -1,0,.. | all] [--algos N] [--ws-mib N] [--reps N] [--warmup N] "
-                    "[--layout col|row] [--no-flush] [--csv F]\n");
+                    "[--list-shapes] [--configs -1,0,.. | all] [--algos N] [--lt-clusters] [--ws-mib N] [--reps N] "
+                    "[--warmup N] [--layout col|row] [--no-flush] [--csv F]\n");
     exit(2);
 }
 
@@ -509,6 +544,8 @@ static void parse(int argc, char **argv, options *o)
             models = 0;
         else if (!strcmp(a, "--list-shapes"))
             o->list = 1;
+        else if (!strcmp(a, "--lt-clusters"))
+            o->lt_clusters = 1;
         else if (!has_value)
             usage();
         else if (!strcmp(a, "--w"))

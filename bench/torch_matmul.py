@@ -5,7 +5,9 @@ Per shape: A is (W*M) x K bf16, B = b.T of a contiguous N x K bf16 tensor (the s
 lab's default column-major B), values uniform in [-1, 1) (never all zeros: cuBLAS is ~13% faster on
 zeros). Every call is timed alone between CUDA events after a 256 MB buffer is written (the L2
 flush), after --warmup untimed calls; the median of --reps is reported. The CSV has the lab's
-shape keys (shape, W, M, rows, N, K), so bench/gemm_ratio.py can join the two.
+shape keys (shape, W, M, rows, N, K), so bench/gemm_ratio.py can join the two. With --kernels, one
+more call per shape runs under torch.profiler and the CSV gets the name of the CUDA kernel it ran
+(torch.matmul's cuBLAS pick, to hold against the cuBLASLt algorithms gemm-lab times).
 
     gemm-lab --list-shapes > shapes.txt
     python3 bench/torch_matmul.py --shapes-file shapes.txt --csv torch.csv
@@ -53,7 +55,19 @@ def time_shape(label, w, m, n, k, args, flush):
         times.append(start.elapsed_time(end) * 1000.0)
     if torch.isnan(c).any().item():
         sys.exit(f"torch.matmul gave NaN at {rows}x{n}x{k}")
-    return statistics.median(times)
+    return statistics.median(times), kernel_of(lambda: torch.matmul(a, b, out=c)) if args.kernels else ""
+
+
+def kernel_of(call):
+    """The CUDA kernel that takes the longest in one profiled call (the GEMM's own)."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        call()
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
+    if not kernels:
+        return "?"
+    return max(kernels, key=lambda e: e.device_time_total).key
 
 
 def main():
@@ -63,6 +77,7 @@ def main():
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--no-flush", action="store_true")
+    ap.add_argument("--kernels", action="store_true", help="add the CUDA kernel torch.matmul runs (torch.profiler)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("torch_matmul.py: no CUDA device")
@@ -75,15 +90,16 @@ def main():
     out = open(args.csv, "w", newline="") if args.csv else None
     writer = csv.writer(out) if out else None
     if writer:
-        writer.writerow(["shape", "W", "M", "rows", "N", "K", "torch_us", "torch_tflops"])
+        writer.writerow(["shape", "W", "M", "rows", "N", "K", "torch_us", "torch_tflops"] +
+                        (["torch_kernel"] if args.kernels else []))
     print(f"{'shape':8} {'W':>2} {'M':>5} {'rows':>6} {'N':>5} {'K':>5} {'torch_us':>9} {'TF':>6}")
     for label, w, m, n, k in shapes:
-        us = time_shape(label, w, m, n, k, args, flush)
+        us, kernel = time_shape(label, w, m, n, k, args, flush)
         rows = w * m
         tflops = 2.0 * rows * n * k / us * 1e-6
-        print(f"{label:8} {w:2d} {m:5d} {rows:6d} {n:5d} {k:5d} {us:9.1f} {tflops:6.1f}", flush=True)
+        print(f"{label:8} {w:2d} {m:5d} {rows:6d} {n:5d} {k:5d} {us:9.1f} {tflops:6.1f} {kernel}", flush=True)
         if writer:
-            writer.writerow([label, w, m, rows, n, k, f"{us:.2f}", f"{tflops:.1f}"])
+            writer.writerow([label, w, m, rows, n, k, f"{us:.2f}", f"{tflops:.1f}"] + ([kernel] if args.kernels else []))
             out.flush()
     if out:
         out.close()
