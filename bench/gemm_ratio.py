@@ -9,6 +9,11 @@ policy (or --config N).
 
     python3 bench/gemm_ratio.py lab.csv [torch.csv] [--config N] [--per-shape]
     python3 bench/gemm_ratio.py lab.csv --policy-table   # measured rows for src/kernels/gemm/gemm_configs.h
+    python3 bench/gemm_ratio.py lab.csv torch.csv --yardstick   # cuBLASLt's best against torch.matmul
+
+--yardstick compares the two halves of the yardstick per shape: the lab's fastest cuBLASLt algorithm
+(its name: algorithm id, tile, split-K, stages, cluster; gemm-lab --lt-clusters adds forced cluster
+shapes) against torch.matmul (and the kernel it ran, from torch_matmul.py --kernels).
 """
 import argparse
 import collections
@@ -39,7 +44,31 @@ def load(lab_path, torch_path):
         with open(torch_path) as f:
             for row in csv.DictReader(f):
                 torch_us[key(row)] = float(row["torch_us"])
+                TORCH_KERNEL[key(row)] = row.get("torch_kernel", "")
     return lab, torch_us
+
+
+TORCH_KERNEL = {}  # shape key -> the kernel torch.matmul ran (torch_matmul.py --kernels), or ""
+
+
+def print_yardstick(lab, torch_us):
+    """Per shape: cuBLASLt's top1 and best (with its name) against torch.matmul, and who wins."""
+    print("\n## the yardstick: cuBLASLt best (gemm-lab) against torch.matmul\n")
+    print("| rows x N x K | Lt top1 us | Lt best us | Lt best | torch us | torch kernel | torch / Lt best |")
+    print("|---|---|---|---|---|---|---|")
+    ratios = []
+    for k, rows in sorted(lab.items(), key=lambda kv: (order(group_of(kv[0])), kv[0][2] * kv[0][3])):
+        r = next(iter(rows.values()))
+        t = torch_us.get(k)
+        if t is None:
+            continue
+        best = float(r["lt_best_us"])
+        ratios.append(t / best)
+        print(f"| {k[2]}x{k[3]}x{k[4]} | {float(r['lt_top1_us']):.1f} | {best:.1f} | {r.get('lt_best_name', '')} | "
+              f"{t:.1f} | {TORCH_KERNEL.get(k, '')[:90]} | {t / best:.3f} |")
+    if ratios:
+        print(f"\ntorch / cuBLASLt best: geomean {math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}, "
+              f"torch faster on {sum(x < 1 for x in ratios)} of {len(ratios)}")
 
 
 def best_cublas(k, rows, torch_us):
@@ -127,12 +156,18 @@ def main():
     ap.add_argument("--config", type=int, default=-1, help="the variant of the per-shape table (-1: the policy)")
     ap.add_argument("--per-shape", action="store_true", help="also print the per-shape table")
     ap.add_argument("--policy-table", action="store_true", help="print AGMM_GEMM_MEASURED rows and stop")
+    ap.add_argument("--yardstick", action="store_true", help="cuBLASLt's best against torch.matmul per shape, and stop")
     args = ap.parse_args()
     lab, torch_us = load(args.lab_csv, args.torch_csv)
     if not lab:
         sys.exit(f"{args.lab_csv}: no rows")
     if args.policy_table:
         policy_table(lab)
+        return
+    if args.yardstick:
+        if not torch_us:
+            sys.exit("--yardstick needs the torch CSV")
+        print_yardstick(lab, torch_us)
         return
     yard = "min(cuBLASLt best of 16, torch.matmul)" if torch_us else "cuBLASLt best of 16"
     print(f"## engine / best cuBLAS ({yard})")
