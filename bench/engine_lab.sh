@@ -9,8 +9,9 @@
 #
 # Takes BUILD_DIR/gemm-lab and BUILD_DIR/agmm-gputest as built (carry them over), or builds them
 # where they are missing and nvcc exists. Writes at most 6 files under $OUT: gputest.log,
-# lab.log, lab.csv, torch.log, torch.csv, ratio.md. Environment: LAB_ARGS (extra gemm-lab
-# options, e.g. "--reps 10"), CONFIGS (default "all"), SHAPE_ARGS (gemm-lab's shape options for
+# lab.log, lab.csv, torch.log, torch.csv (with the kernel torch.matmul ran), ratio.md (with the
+# yardstick's halves per shape). Environment: LAB_ARGS (extra gemm-lab options, e.g. "--reps 10"
+# or "--lt-clusters"), CONFIGS (default "all"), SHAPE_ARGS (gemm-lab's shape options for
 # the list every step runs, e.g. "--w 1,8": the seed shapes at W = 1 and 8 and the model shapes;
 # default: all 130), and AGMM_GEMM_QUICK=1 (the GPU tests' odd shapes, hooks and pull mode under
 # every config, without the large shapes the policy picks for).
@@ -58,7 +59,7 @@ step 150 "$OUT/lab.log" "$BUILD/gemm-lab" --shapes-file "$SHAPES" --configs "${C
     --csv "$OUT/lab.csv" ${LAB_ARGS:-}
 grep '^# ' "$OUT/lab.log" | tail -60
 tail -2 "$OUT/lab.log"
-step 60 "$OUT/torch.log" python3 bench/torch_matmul.py --shapes-file "$SHAPES" --csv "$OUT/torch.csv"
+step 90 "$OUT/torch.log" python3 bench/torch_matmul.py --shapes-file "$SHAPES" --kernels --csv "$OUT/torch.csv"
 tail -2 "$OUT/torch.log"
 
 TORCH_CSV=""
@@ -66,6 +67,9 @@ TORCH_CSV=""
 if [ -s "$OUT/lab.csv" ]; then
     # shellcheck disable=SC2086
     timeout 30 python3 bench/gemm_ratio.py "$OUT/lab.csv" $TORCH_CSV --per-shape >"$OUT/ratio.md" 2>&1
+    # The yardstick's two halves per shape (torch.matmul's kernel beside cuBLASLt's best algorithm).
+    [ -n "$TORCH_CSV" ] && timeout 30 python3 bench/gemm_ratio.py "$OUT/lab.csv" "$TORCH_CSV" --yardstick \
+        >>"$OUT/ratio.md" 2>&1
     # The summaries (every variant and the oracle) last; the per-shape table stays in ratio.md.
     sed '/: per shape/,$d' "$OUT/ratio.md"
 else
