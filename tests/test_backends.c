@@ -18,17 +18,12 @@
 /* More entries than any table will have: a listing that does not end by then never ends. */
 enum { TABLE_CAP = 256 };
 
-static const agmm_op public_ops[] = {AGMM_OP_AG_MATMUL, AGMM_OP_ALL_REDUCE, AGMM_OP_MATMUL_REDUCE_SCATTER,
-                                     AGMM_OP_MATMUL_ALL_REDUCE, AGMM_OP_ALL_REDUCE_RMSNORM};
-#define NOPS ((int)(sizeof public_ops / sizeof public_ops[0]))
+/* The operations are 0 .. agmm_ext_op_count() - 1 (test_op_count checks that the count is exact);
+ * MAX_OPS bounds the per-operation arrays below. */
+#define NOPS agmm_ext_op_count()
+enum { MAX_OPS = 16 };
 
-static int op_is_known(agmm_op op)
-{
-    for (int i = 0; i < NOPS; i++)
-        if (public_ops[i] == op)
-            return 1;
-    return 0;
-}
+static int op_is_known(agmm_op op) { return (int)op >= 0 && (int)op < NOPS; }
 
 /* Lowercase identifiers only: names go into comma-separated lists and CSV headers. */
 static int name_is_identifier(const char *name)
@@ -125,7 +120,7 @@ void test_backend_table(void)
      * per-op counts must add up to the whole table (no entry of an op nobody lists). */
     int listed_total = 0;
     for (int oi = 0; oi < NOPS; oi++) {
-        agmm_op op = public_ops[oi];
+        agmm_op op = (agmm_op)oi;
         int in_table = 0, listed = 0, order_bad = 0, internal_bad = 0;
         char first_bad[200] = "";
         for (int i = 0; i < entries; i++) {
@@ -158,6 +153,14 @@ void test_backend_table(void)
     agmm_check(any && listed_total == entries,
                "backend table: the public listings of the %d operations hold %d names, the table %d entries", NOPS,
                listed_total, entries);
+    int named = 0;
+    for (int oi = 0; oi < NOPS; oi++)
+        named += strcmp(agmm_op_name((agmm_op)oi), "?") != 0;
+    agmm_check(NOPS >= 1 && NOPS <= MAX_OPS && named == NOPS && strcmp(agmm_op_name((agmm_op)NOPS), "?") == 0 &&
+                   agmm_backend_name((agmm_op)NOPS, 0) == NULL,
+               "operations: agmm_ext_op_count() = %d (at most %d), every one named, the next one \"?\" with no "
+               "backends",
+               NOPS, MAX_OPS);
     agmm_check(agmm_backend_name((agmm_op)7, 0) == NULL && agmm_backend_summary((agmm_op)7, "nccl") == NULL &&
                    agmm_backend_summary(AGMM_OP_AG_MATMUL, "nope") == NULL &&
                    agmm_backend_summary(AGMM_OP_AG_MATMUL, "auto") == NULL &&
@@ -182,8 +185,8 @@ static int lists_every_backend(agmm_op op, const char *text)
 }
 
 typedef struct {
-    agmm_status nope_status[NOPS];
-    char nope_msg[NOPS][AGMM_ERROR_LEN];
+    agmm_status nope_status[MAX_OPS];
+    char nope_msg[MAX_OPS][AGMM_ERROR_LEN];
     int nope_plan_null;
     agmm_status cross_status[3];  /* ag_matmul "one_shot", all_reduce "ce", all_reduce "fused" */
     char cross_msg[3][AGMM_ERROR_LEN];
@@ -225,7 +228,7 @@ static agmm_status query_rank(agmm_ctx *ctx, void *arg)
     res->nope_plan_null = 1;
     for (int oi = 0; oi < NOPS; oi++) {
         agmm_plan *plan = (agmm_plan *)(void *)&sentinel; /* a refused plan must come back NULL */
-        res->nope_status[oi] = plan_named(&plan, ctx, public_ops[oi], "nope");
+        res->nope_status[oi] = plan_named(&plan, ctx, (agmm_op)oi, "nope");
         res->nope_plan_null &= plan == NULL;
         snprintf(res->nope_msg[oi], sizeof res->nope_msg[oi], "%s", agmm_last_error(ctx));
         if (plan != NULL && plan != (agmm_plan *)(void *)&sentinel)
@@ -261,7 +264,7 @@ void test_backend_queries(void)
                avail, why);
 
     for (int oi = 0; oi < NOPS; oi++) {
-        agmm_op op = public_ops[oi];
+        agmm_op op = (agmm_op)oi;
         snprintf(why, sizeof why, "(unchanged)");
         avail = agmm_backend_available(world, op, "nope", why, sizeof why);
         agmm_check(avail == 0 && strstr(why, "\"nope\"") != NULL && strstr(why, agmm_op_name(op)) != NULL &&
@@ -282,7 +285,7 @@ void test_backend_queries(void)
     agmm_status st = agmm_world_run(world, query_rank, res);
     agmm_world_destroy(world);
     for (int oi = 0; oi < NOPS; oi++) {
-        agmm_op op = public_ops[oi];
+        agmm_op op = (agmm_op)oi;
         int ok = st == AGMM_SUCCESS;
         for (int r = 0; r < 2; r++)
             ok &= res[r].nope_status[oi] == AGMM_ERR_INVALID_ARG && strstr(res[r].nope_msg[oi], "backend=nope") &&

@@ -113,6 +113,27 @@ static void list_backends(FILE *f)
 /* Every message to stderr starts with this: "agmm-bench", and under a launcher the rank too. */
 static char who[40] = "agmm-bench";
 
+/* *op = the library's operation called `name` (agmm_op_name): 0, else -1. */
+static int op_named(const char *name, agmm_op *op)
+{
+    for (agmm_op o = 0; (int)o < agmm_ext_op_count(); o++)
+        if (strcmp(name, agmm_op_name(o)) == 0) {
+            *op = o;
+            return 0;
+        }
+    return -1;
+}
+
+/* "must be ag_matmul, all_reduce, ... or all_reduce_rmsnorm": every operation of the library. */
+static void op_names(char *out, size_t len)
+{
+    const int n = agmm_ext_op_count();
+    size_t used = (size_t)snprintf(out, len, "must be");
+    for (agmm_op o = 0; (int)o < n && used < len; o++)
+        used += (size_t)snprintf(out + used, len - used, "%s%s", o == 0 ? " " : (int)o == n - 1 ? " or " : ", ",
+                                 agmm_op_name(o));
+}
+
 static int bad(const char *opt, const char *val, const char *allowed)
 {
     if (val)
@@ -342,13 +363,11 @@ int bench_parse(int argc, char **argv, bench_options *o)
         } else if (!strcmp(a, "--graph")) {
             o->graph = 1, takes = 0;
         } else if (!strcmp(a, "--op")) {
-            if (!strcmp(v, "ag_matmul")) o->op = AGMM_OP_AG_MATMUL;
-            else if (!strcmp(v, "all_reduce")) o->op = AGMM_OP_ALL_REDUCE;
-            else if (!strcmp(v, "matmul_reduce_scatter")) o->op = AGMM_OP_MATMUL_REDUCE_SCATTER;
-            else if (!strcmp(v, "matmul_all_reduce")) o->op = AGMM_OP_MATMUL_ALL_REDUCE;
-            else if (!strcmp(v, "all_reduce_rmsnorm")) o->op = AGMM_OP_ALL_REDUCE_RMSNORM;
-            else return bad(a, v, "must be ag_matmul, all_reduce, matmul_reduce_scatter, matmul_all_reduce or "
-                            "all_reduce_rmsnorm");
+            if (op_named(v, &o->op) != 0) {
+                char names[256];
+                op_names(names, sizeof names);
+                return bad(a, v, names);
+            }
         } else if (!strcmp(a, "--shape")) {
             char f[3][32];
             if (nshape_flags == BENCH_MAX_ROWS)

@@ -18,6 +18,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "api/agmm_ext.h"
 #include "core/numeric.h"
 #include "core/stats.h"
 #include "backends/backend.h"
@@ -393,18 +394,16 @@ void test_ag_matmul_nccl_skipped(void)
     gpu_report_ranks(&a.res, 2, "emulated W=2: nccl backends report 'skipped: ... ranks share a GPU'");
     /* The same answer before planning: every backend of the table is available in an emulated
      * world except those that need NCCL, and those say why. */
-    const agmm_op ops[5] = {AGMM_OP_AG_MATMUL, AGMM_OP_ALL_REDUCE, AGMM_OP_MATMUL_REDUCE_SCATTER,
-                            AGMM_OP_MATMUL_ALL_REDUCE, AGMM_OP_ALL_REDUCE_RMSNORM};
-    for (int oi = 0; oi < 5; oi++)
-        for (int i = 0; agmm_backend_name(ops[oi], i) != NULL; i++) {
-            const char *name = agmm_backend_name(ops[oi], i);
-            const agmm_backend *b = agmm_backend_find(ops[oi], name);
+    for (agmm_op op = 0; (int)op < agmm_ext_op_count(); op++)
+        for (int i = 0; agmm_backend_name(op, i) != NULL; i++) {
+            const char *name = agmm_backend_name(op, i);
+            const agmm_backend *b = agmm_backend_find(op, name);
             int needs_nccl = b != NULL && b->gpu != NULL && (b->gpu->needs & AGMM_CAP_NCCL);
             char why[512] = "";
-            int avail = agmm_backend_available(w, ops[oi], name, why, sizeof why);
+            int avail = agmm_backend_available(w, op, name, why, sizeof why);
             agmm_check(b != NULL && b->gpu != NULL && avail == !needs_nccl && (avail || skipped_shared(why)),
-                       "emulated W=2: agmm_backend_available(%s, %s) = %d (want %d: %s)%s%s", agmm_op_name(ops[oi]),
-                       name, avail, !needs_nccl, needs_nccl ? "needs NCCL" : "has a GPU implementation without NCCL",
+                       "emulated W=2: agmm_backend_available(%s, %s) = %d (want %d: %s)%s%s", agmm_op_name(op), name,
+                       avail, !needs_nccl, needs_nccl ? "needs NCCL" : "has a GPU implementation without NCCL",
                        why[0] ? ": " : "", why);
         }
     agmm_world_destroy(w);

@@ -16,6 +16,7 @@
 
 #include "gpu_tests.h"
 #include "../harness.h"
+#include "api/agmm_ext.h"
 #include "kernels/signal.h"
 #include "symm/symm.h"
 #include "world/rank_gpu.h"
@@ -253,14 +254,12 @@ void test_world_nccl_one(void)
     agmm_check(strstr(agmm_world_describe(w), "NCCL 2.") != NULL, "world GPU W=1 describe names NCCL: %s",
                agmm_world_describe(w));
     /* A real GPU world has NCCL and peer memory: every backend of the table can run. */
-    const agmm_op ops[5] = {AGMM_OP_AG_MATMUL, AGMM_OP_ALL_REDUCE, AGMM_OP_MATMUL_REDUCE_SCATTER,
-                            AGMM_OP_MATMUL_ALL_REDUCE, AGMM_OP_ALL_REDUCE_RMSNORM};
-    for (int oi = 0; oi < 5; oi++)
-        for (int i = 0; agmm_backend_name(ops[oi], i) != NULL; i++) {
+    for (agmm_op op = 0; (int)op < agmm_ext_op_count(); op++)
+        for (int i = 0; agmm_backend_name(op, i) != NULL; i++) {
             char why[512] = "";
-            int avail = agmm_backend_available(w, ops[oi], agmm_backend_name(ops[oi], i), why, sizeof why);
-            agmm_check(avail == 1, "world GPU W=1: %s/%s available%s%s", agmm_op_name(ops[oi]),
-                       agmm_backend_name(ops[oi], i), avail ? "" : ": ", why);
+            int avail = agmm_backend_available(w, op, agmm_backend_name(op, i), why, sizeof why);
+            agmm_check(avail == 1, "world GPU W=1: %s/%s available%s%s", agmm_op_name(op), agmm_backend_name(op, i),
+                       avail ? "" : ": ", why);
         }
     agmm_world_destroy(w);
     heap_world(AGMM_WORLD_GPU, 1, 1);
