@@ -138,7 +138,7 @@ void test_skinny_plan(void)
     uint64_t rng = 0xc0ffee;
 #define BELOW(n) ((int64_t)(agmm_rng_next(&rng) % (uint64_t)(n))) /* 0 .. n - 1 */
     int wrong = 0;
-    char first[200] = "";
+    char first[sizeof why + 80] = "";
     for (int i = 0; i < 5000; i++) {
         const int64_t m = 1 + BELOW(64), n = 2 * (1 + BELOW(20000)), k = 8 * (1 + BELOW(2000));
         const int sms = 1 + (int)BELOW(200);
