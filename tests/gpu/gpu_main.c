@@ -50,6 +50,7 @@ static const agmm_test_case cases[] = {
     {"matmul_reduce_fused", test_matmul_reduce_fused},
     {"matmul_reduce_fused_configs", test_matmul_reduce_fused_configs},
     {"matmul_reduce_gpu_world", test_matmul_reduce_gpu_world},
+    {"matmul_reduce_skinny", test_matmul_reduce_skinny},
     {"matmul_reduce_timeout", test_matmul_reduce_timeout},
     {"gemm_engine", gemm_engine},
     {"gemm_engine_pull", test_gemm_engine_pull},

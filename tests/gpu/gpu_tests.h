@@ -49,6 +49,8 @@ void test_matmul_reduce_fused(void);
 /* The fused backends under every tile config but the split tail's, emulated W = 3. */
 void test_matmul_reduce_fused_configs(void);
 void test_matmul_reduce_gpu_world(void);
+/* one_shot, two_shot and ce with the skinny kernel forced, W = 1 and emulated W = 3. */
+void test_matmul_reduce_skinny(void);
 void test_matmul_reduce_timeout(void);
 /* test_gemm_engine_pull.c: the engine's pull mode under every tile config and B layout, two ranks
  * on one GPU (ready waits, gathered A stores, closing barrier). */
