@@ -11,6 +11,11 @@ policy (or --config N).
     python3 bench/gemm_ratio.py lab.csv --policy-table   # measured rows for src/kernels/gemm/gemm_configs.h
     python3 bench/gemm_ratio.py lab.csv torch.csv --yardstick   # cuBLASLt's best against torch.matmul
 
+    python3 bench/gemm_ratio.py lab.csv --waves [--cublaslt-h PATH]   # how full the last wave is
+
+--waves counts, per shape, the tiles of the engine's config (the policy's, or --config N) and of
+cuBLASLt's fastest algorithm (its tile id named from cublasLt.h's cublasLtMatmulTile_t, read as
+N x rows) per wave of --sms SMs, and prints how busy the last wave is, and the means.
 --yardstick compares the two halves of the yardstick per shape: the lab's fastest cuBLASLt algorithm
 (its name: algorithm id, tile, split-K, stages, cluster; gemm-lab --lt-clusters adds forced cluster
 shapes) against torch.matmul (and the kernel it ran, from torch_matmul.py --kernels).
@@ -19,6 +24,7 @@ import argparse
 import collections
 import csv
 import math
+import re
 import sys
 
 
@@ -149,6 +155,52 @@ def policy_table(lab):
     print(" \\\n".join(lines))
 
 
+def tile_names(header):
+    """cublasLtMatmulTile_t's values -> (n, rows) from cublasLt.h: 'CUBLASLT_MATMUL_TILE_112x128' -> (112, 128)."""
+    text = open(header).read()
+    body = re.search(r"typedef enum \{(.*?)\} cublasLtMatmulTile_t;", text, re.S).group(1)
+    names, value = {}, 0
+    for line in body.splitlines():
+        line = line.split("/*")[0].strip().rstrip(",")
+        if not line.startswith("CUBLASLT_MATMUL_TILE"):
+            continue
+        name, _, given = (part.strip() for part in line.partition("="))
+        if given:
+            value = int(given) if given.lstrip("-").isdigit() else names[given][2]
+        dims = re.match(r"CUBLASLT_MATMUL_TILE_(\d+)x(\d+)$", name)
+        names[name] = (int(dims.group(1)), int(dims.group(2)), value) if dims else (0, 0, value)
+        value += 1
+    return {v: (a, b) for a, b, v in names.values() if a}
+
+
+def last_wave(tiles, sms):
+    waves = -(-tiles // sms)
+    return tiles / (waves * sms)
+
+
+def print_waves(lab, config, header, sms):
+    ids = tile_names(header)
+    print(f"\n## the last wave: tiles per wave of {sms} SMs (cuBLASLt's tile read as N x rows)\n")
+    print("| rows x N x K | engine config | engine tiles | last wave | cuBLASLt tile | tiles | last wave |")
+    print("|---|---|---|---|---|---|---|")
+    eng, lt = [], []
+    for k, rows in sorted(lab.items(), key=lambda kv: (order(group_of(kv[0])), kv[0][2] * kv[0][3])):
+        row = rows.get(config)
+        tile = re.search(r"tile=(\d+)", row.get("lt_best_name", "") if row else "")
+        if row is None or tile is None or int(tile.group(1)) not in ids:
+            continue
+        r, n = k[2], k[3]
+        bm, bn = (int(x) for x in config_name(row).split("x")[:2])
+        tn, tr = ids[int(tile.group(1))]
+        et, lt_tiles = -(-r // bm) * -(-n // bn), -(-r // tr) * -(-n // tn)
+        eng.append(last_wave(et, sms))
+        lt.append(last_wave(lt_tiles, sms))
+        print(f"| {r}x{n}x{k[4]} | {config_name(row)} | {et} | {eng[-1]:.2f} | {tn}x{tr} | {lt_tiles} | {lt[-1]:.2f} |")
+    if eng:
+        print(f"\nmean last-wave occupancy: engine {sum(eng) / len(eng):.3f}, cuBLASLt's best {sum(lt) / len(lt):.3f} "
+              f"({len(eng)} shapes)")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("lab_csv")
@@ -157,12 +209,18 @@ def main():
     ap.add_argument("--per-shape", action="store_true", help="also print the per-shape table")
     ap.add_argument("--policy-table", action="store_true", help="print AGMM_GEMM_MEASURED rows and stop")
     ap.add_argument("--yardstick", action="store_true", help="cuBLASLt's best against torch.matmul per shape, and stop")
+    ap.add_argument("--waves", action="store_true", help="how full the last wave is, engine and cuBLASLt, and stop")
+    ap.add_argument("--cublaslt-h", default="/usr/local/cuda/include/cublasLt.h", help="for --waves: tile ids' names")
+    ap.add_argument("--sms", type=int, default=132, help="for --waves: the GPU's SMs (an H200's)")
     args = ap.parse_args()
     lab, torch_us = load(args.lab_csv, args.torch_csv)
     if not lab:
         sys.exit(f"{args.lab_csv}: no rows")
     if args.policy_table:
         policy_table(lab)
+        return
+    if args.waves:
+        print_waves(lab, args.config, args.cublaslt_h, args.sms)
         return
     if args.yardstick:
         if not torch_us:
