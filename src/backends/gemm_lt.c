@@ -159,18 +159,23 @@ static float median(float *v, int n)
     return v[n / 2];
 }
 
+/* One product of g's shape with cuBLASLt's `algo`, enqueued on s: the one call site of cublasLtMatmul. */
+static cublasStatus_t lt_matmul(const agmm_gemm_lt *g, const cublasLtMatmulAlgo_t *algo, const void *a, const void *b,
+                                void *c, void *workspace, cudaStream_t s)
+{
+    const float one = 1.0f, zero = 0.0f;
+    return cublasLtMatmul(g->lt, g->desc, &one, b, g->lay_b, a, g->lay_a, &zero, c, g->lay_c, c, g->lay_c, algo,
+                          workspace, g->workspace_bytes, s);
+}
+
 /* Enqueues one product with cuBLASLt's `algo`, or with the skinny kernel where algo is NULL: 0, or
  * -1 where the library refused it. */
 static int enqueue(const agmm_gemm_lt *g, const cublasLtMatmulAlgo_t *algo, const void *a, const void *b, void *c,
                    void *workspace, cudaStream_t s)
 {
-    const float one = 1.0f, zero = 0.0f;
     if (algo == NULL)
         return agmm_skinny_launch(&g->sk, a, b, c, g->rows, g->n, g->k, s) == cudaSuccess ? 0 : -1;
-    return cublasLtMatmul(g->lt, g->desc, &one, b, g->lay_b, a, g->lay_a, &zero, c, g->lay_c, c, g->lay_c, algo,
-                          workspace, g->workspace_bytes, s) == CUBLAS_STATUS_SUCCESS
-               ? 0
-               : -1;
+    return lt_matmul(g, algo, a, b, c, workspace, s) == CUBLAS_STATUS_SUCCESS ? 0 : -1;
 }
 
 /* Times candidate `algo` (NULL: the skinny kernel) on the scratch operands: one warm-up run, then
@@ -396,14 +401,10 @@ agmm_status agmm_gemm_lt_run(const agmm_gemm_lt *g, const void *a, const void *b
                              cudaStream_t stream, agmm_error *err)
 {
     agmm_status st = AGMM_SUCCESS;
-    const float one = 1.0f, zero = 0.0f;
-    if (g->skinny) {
+    if (g->skinny)
         AGMM_CUDA_TRY(st, err, agmm_skinny_launch(&g->sk, a, b, c, g->rows, g->n, g->k, stream));
-        return st;
-    }
-    AGMM_LT_TRY(st, err,
-                cublasLtMatmul(g->lt, g->desc, &one, b, g->lay_b, a, g->lay_a, &zero, c, g->lay_c, c, g->lay_c,
-                               &g->algo, workspace, g->workspace_bytes, stream));
+    else
+        AGMM_LT_TRY(st, err, lt_matmul(g, &g->algo, a, b, c, workspace, stream));
 fail:
     return st;
 }
