@@ -140,7 +140,7 @@ typedef enum {
 typedef struct {
     agmm_world_kind kind;
     int nranks;               /* 0: one per visible GPU (GPU), 4 (CPU); emulated: required */
-    double timeout_s;         /* bound on every wait for a peer; 0: AGMM_TIMEOUT_S, unset 5 s */
+    double timeout_s;         /* bound on every wait for a peer: 0.001..86400; 0: AGMM_TIMEOUT_S, unset 5 s */
     int allow_nvls;           /* 0 (default): NCCL_NVLS_ENABLE=0. 1 leaves NCCL's choice alone.
                                  Never set on shared hosts: NVLink multicast can take them down. */
     int32_t reserved[11];     /* must be zero */
@@ -208,7 +208,7 @@ typedef struct {
                                  environment (docs/processes.md) */
     void *nccl_comm;          /* GPU worlds: an ncclComm_t of these ranks to borrow (not destroyed,
                                  finalised or aborted by agmm); NULL: agmm makes its own */
-    double timeout_s;         /* bound on every wait for a peer; 0: AGMM_TIMEOUT_S, unset 5 s */
+    double timeout_s;         /* bound on every wait for a peer: 0.001..86400; 0: AGMM_TIMEOUT_S, unset 5 s */
     int allow_nvls;           /* as in agmm_world_config */
     int multi_host;           /* explicit rank/nranks only: 1 if the ranks run on several hosts (a
                                  GPU world, whose ranks then meet through NCCL alone); 0: one host.
@@ -383,7 +383,7 @@ void *agmm_plan_input(agmm_plan *plan);
 /* Allocates symmetric memory for the caller: `bytes` on every rank, zeroed, 256-byte aligned,
  * that runs read in place (io.input), so a producer can write its shard or vector there and no
  * copy is made. Device memory on GPUs, host memory in the CPU world. Collective: every rank asks
- * for the same size, in the same order. The caller owns *ptr until agmm_symmetric_free
+ * for the same size, in the same order (sizes that differ fail every rank, naming them). The caller owns *ptr until agmm_symmetric_free
  * (collective, in the same order on every rank; NULL-safe, cannot fail) or the context's
  * destruction. Statuses: AGMM_ERR_INVALID_ARG, AGMM_ERR_NO_MEMORY, CUDA/NCCL errors,
  * AGMM_ERR_TIMEOUT. */
@@ -391,9 +391,10 @@ agmm_status agmm_symmetric_alloc(agmm_ctx *ctx, size_t bytes, void **ptr);
 void agmm_symmetric_free(agmm_ctx *ctx, void *ptr);
 
 /* Enqueues one run of an ag_matmul / all_reduce plan on `stream` (a cudaStream_t; the NULL stream
- * is refused where ranks share a GPU): work on `stream` after this call sees all outputs. Outputs
- * must be 16-byte aligned on GPUs (all_reduce: element-aligned), and must not overlap the input
- * except io.out == input. Steps back to back: once the run has completed on `stream`, this rank
+ * is refused where ranks share a GPU): work on `stream` after this call sees all outputs. B and the
+ * outputs must be 16-byte aligned on GPUs, element-aligned in the CPU world (all_reduce: element-
+ * aligned everywhere); ag_matmul's outputs must not overlap each other, B or the input, and
+ * all_reduce's output not the input except io.out == input. Steps back to back: once the run has completed on `stream`, this rank
  * may overwrite its input, B and the outputs (no peer reads them any more); nothing else need be
  * waited for. Collective: every rank runs its plans in the same order (streams and graphs: the
  * next section). io and its buffers are the caller's; nothing is kept after the call but what a
@@ -449,7 +450,8 @@ agmm_status agmm_all_reduce(agmm_plan *plan, const agmm_all_reduce_io *io, void 
 
 /* The rows of S that rank `rank` of a world of `nranks` gets from matmul_reduce_scatter: returns
  * how many (0 .. R) and, if first_row is not NULL, the first one. -1 if an argument is out of range
- * (m < 1, nranks not in 1..AGMM_MAX_RANKS, rank not in 0..nranks-1). Local. */
+ * (m not in 1..2^40, the most rows a descriptor allows; nranks not in 1..AGMM_MAX_RANKS; rank not in
+ * 0..nranks-1). Local. */
 int64_t agmm_matmul_reduce_scatter_rows(int64_t m, int nranks, int rank, int64_t *first_row);
 
 typedef struct {
@@ -498,7 +500,8 @@ agmm_status agmm_plan_matmul_reduce_scatter(agmm_plan **plan, agmm_ctx *ctx,
 agmm_status agmm_plan_matmul_all_reduce(agmm_plan **plan, agmm_ctx *ctx, const agmm_matmul_all_reduce_desc *desc);
 
 /* Enqueues one run on `stream`: this rank's rows of S into io->out, or all of S into io->c.
- * io->a, io->b and the output must be 16-byte aligned on GPUs; the output must not overlap A or B.
+ * io->a, io->b and the output must be 16-byte aligned on GPUs (2-byte in the CPU world); the output
+ * must not overlap A or B.
  * Collective: every rank runs its plans in the same order (streams and graphs: "streams and CUDA
  * graphs" above). io and its buffers are the caller's: once the run has completed on `stream`,
  * this rank may overwrite A_r, B_r and the output (no peer reads them: only the plan's own

@@ -27,6 +27,8 @@ void test_skinny_plan(void);
 void test_validate_ag_matmul(void);
 void test_validate_all_reduce(void);
 void test_validate_plan_api(void);
+void test_validate_mm_io(void);
+void test_validate_host_other_call(void);
 void test_validate_run_io(void);
 void test_validate_run_misuse(void);
 void test_validate_host_collective_order(void);
@@ -67,6 +69,7 @@ void test_cpu_timeout_chunk(void);
 
 /* test_symmetric.c: caller-owned symmetric memory as a run's input. */
 void test_symmetric_input(void);
+void test_symmetric_sizes(void);
 
 /* test_ownership.c: memory outlives its owner for a late peer; agreed failures, unusable worlds. */
 void test_ownership_late_rank(void);

@@ -324,8 +324,17 @@ void test_matmul_reduce_rows(void)
     }
     agmm_check(agmm_matmul_reduce_scatter_rows(0, 4, 0, NULL) == -1 && agmm_matmul_reduce_scatter_rows(8, 4, 4, NULL) == -1 &&
                    agmm_matmul_reduce_scatter_rows(8, 0, 0, NULL) == -1 &&
-                   agmm_matmul_reduce_scatter_rows(8, AGMM_MAX_RANKS + 1, 0, NULL) == -1,
-               "matmul_reduce_scatter rows: M=0, rank=W, W=0, W > AGMM_MAX_RANKS give -1");
+                   agmm_matmul_reduce_scatter_rows(8, AGMM_MAX_RANKS + 1, 0, NULL) == -1 &&
+                   agmm_matmul_reduce_scatter_rows(INT64_MAX, 2, 0, NULL) == -1 &&
+                   agmm_matmul_reduce_scatter_rows(((int64_t)1 << 40) + 1, 64, 0, NULL) == -1,
+               "matmul_reduce_scatter rows: M=0, rank=W, W=0, W > AGMM_MAX_RANKS, M=INT64_MAX, M=2^40+1 give -1");
+    int64_t first = -1;
+    const int64_t most = agmm_matmul_reduce_scatter_rows((int64_t)1 << 40, 3, 2, &first);
+    const int64_t block = (((int64_t)1 << 40) + 2) / 3;
+    agmm_check(most == ((int64_t)1 << 40) - 2 * block && first == 2 * block,
+               "matmul_reduce_scatter rows: M=2^40 (the most a descriptor allows), W=3, rank 2: %lld rows from %lld "
+               "(want %lld from %lld)",
+               (long long)most, (long long)first, (long long)(((int64_t)1 << 40) - 2 * block), (long long)(2 * block));
 }
 
 /* ---- bad descriptors and io ---- */
@@ -381,10 +390,12 @@ static agmm_status bad_rank(agmm_ctx *ctx, void *arg)
     NOTE(agmm_matmul_all_reduce(ok, &aio, NULL)); /* 11 */
     io.reserved[0] = NULL, io.out = a;
     NOTE(agmm_matmul_reduce_scatter(ok, &io, NULL)); /* 12: out overlaps A */
+    io.out = (char *)out + 1;
+    NOTE(agmm_matmul_reduce_scatter(ok, &io, NULL)); /* 13: out at an odd address */
     agmm_plan_destroy(ok);
     ar.backend = NULL, p = NULL;
-    NOTE(agmm_plan_matmul_all_reduce(&p, ctx, &ar)); /* 13: auto (NULL), the static rule */
-    snprintf(res->msg[13], sizeof res->msg[13], "chose %s", agmm_plan_backend(p));
+    NOTE(agmm_plan_matmul_all_reduce(&p, ctx, &ar)); /* 14: auto (NULL), the static rule */
+    snprintf(res->msg[14], sizeof res->msg[14], "chose %s", agmm_plan_backend(p));
     agmm_plan_destroy(p);
     free(a), free(b), free(out);
 #undef NOTE
@@ -411,7 +422,7 @@ void test_matmul_reduce_bad_args(void)
         {3, AGMM_ERR_INVALID_ARG, "reserved[3]=1", "matmul_reduce_scatter desc: the reserved tail is not zero"},
         {4, AGMM_ERR_INVALID_ARG, "backend=fancy", "matmul_reduce_scatter takes auto, nccl, ce, one_shot or fused"},
         {5, AGMM_SUCCESS, "matmul_reduce_scatter backend=auto in the CPU world: the static rule", "chose one_shot"},
-        {13, AGMM_SUCCESS, "matmul_all_reduce backend=NULL in the CPU world: the static rule", "chose one_shot"},
+        {14, AGMM_SUCCESS, "matmul_all_reduce backend=NULL in the CPU world: the static rule", "chose one_shot"},
         {6, AGMM_ERR_INVALID_ARG, "matmul_all_reduce backend=ce", "matmul_all_reduce takes auto, nccl, one_shot, two_shot or fused"},
         {7, AGMM_ERR_INVALID_ARG, "b_layout=5", "b_layout=5"},
         {8, AGMM_SUCCESS, "a good plan", ""},
@@ -419,6 +430,7 @@ void test_matmul_reduce_bad_args(void)
         {10, AGMM_ERR_INVALID_ARG, "run with reserved io", "matmul_reduce_scatter io: the reserved tail is not zero"},
         {11, AGMM_ERR_INVALID_ARG, "run of a reduce-scatter plan with agmm_matmul_all_reduce", "run it with agmm_matmul_reduce_scatter"},
         {12, AGMM_ERR_INVALID_ARG, "run with out overlapping A", "overlaps io->a"},
+        {13, AGMM_ERR_INVALID_ARG, "run with out at an odd address", "must be 2-byte aligned"},
     };
     for (size_t w = 0; w < sizeof want / sizeof *want; w++) {
         int i = want[w].i;

@@ -173,3 +173,48 @@ void test_symmetric_input(void)
     agmm_world_destroy(world);
     free(res);
 }
+
+/* agmm_symmetric_alloc is collective over one size: ranks asking for different sizes (or one for
+ * none) fail alike, naming the sizes, and get no buffer; the same sizes after that still work. */
+typedef struct {
+    agmm_status differ, zero, same;
+    char differ_msg[512];
+    int got_none, same_zeroed;
+} size_result;
+
+static agmm_status size_rank(agmm_ctx *ctx, void *arg)
+{
+    size_result *res = (size_result *)arg + agmm_ctx_rank(ctx);
+    const int rank = agmm_ctx_rank(ctx);
+    void *p = (void *)&res; /* must come back NULL */
+    res->differ = agmm_symmetric_alloc(ctx, rank == 1 ? 1 << 20 : 64, &p);
+    snprintf(res->differ_msg, sizeof res->differ_msg, "%s", agmm_last_error(ctx));
+    res->got_none = p == NULL;
+    res->zero = agmm_symmetric_alloc(ctx, rank == 2 ? 0 : 64, &p);
+    res->got_none &= p == NULL;
+    res->same = agmm_symmetric_alloc(ctx, 4096, &p);
+    res->same_zeroed = p != NULL;
+    for (int i = 0; p && i < 4096; i++)
+        res->same_zeroed &= ((unsigned char *)p)[i] == 0;
+    agmm_symmetric_free(ctx, p);
+    return AGMM_SUCCESS;
+}
+
+void test_symmetric_sizes(void)
+{
+    size_result res[W] = {0};
+    agmm_world *world = test_cpu_world(W, 0);
+    agmm_status st = world ? agmm_world_run(world, size_rank, res) : AGMM_ERR_INTERNAL;
+    int ok = st == AGMM_SUCCESS;
+    for (int r = 0; r < W; r++)
+        ok &= res[r].differ == AGMM_ERR_INVALID_ARG && strstr(res[r].differ_msg, "rank 1 asks for 1048576 bytes") &&
+              res[r].zero == AGMM_ERR_INVALID_ARG && res[r].got_none && res[r].same == AGMM_SUCCESS &&
+              res[r].same_zeroed;
+    agmm_check(ok,
+               "symmetric sizes W=%d: rank 1 asking for 1 MiB where the others ask for 64 bytes -> %s on every rank "
+               "(\"%s\"), rank 2 asking for none -> %s, no buffer handed out; then 4096 bytes on every rank -> %s, "
+               "zeroed",
+               W, agmm_status_str(res[0].differ), res[0].differ_msg, agmm_status_str(res[0].zero),
+               agmm_status_str(res[0].same));
+    agmm_world_destroy(world);
+}

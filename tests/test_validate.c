@@ -2,10 +2,12 @@
  * and a message that names the argument, directly and through the public plan API; reserved tails
  * must be zero; a run with the wrong operation's function, no io or a bad io is refused before
  * anything moves. (Backend names are the plan API's business: test_backends.c.) */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "agmm.h"
+#include "core/numeric.h"
 #include "core/validate.h"
 #include "cpu/reference.h"
 #include "world/world.h"
@@ -177,6 +179,33 @@ void test_validate_plan_api(void)
     agmm_check(st == AGMM_ERR_INVALID_ARG && world == NULL && strstr(err, "nranks=65") != NULL,
                "validate world nranks=65: %s, \"%s\"", agmm_status_str(st), err);
 
+    /* A timeout beyond a day would overflow the waits' nanosecond deadlines; NaN and infinity bound
+     * nothing. The join checks it the same way, before it looks for peers. */
+    const double bad_timeouts[] = {-1, 0.0005, 86401, 1e10, 1e300, INFINITY, NAN};
+    for (size_t i = 0; i < sizeof bad_timeouts / sizeof *bad_timeouts; i++) {
+        cfg = (agmm_world_config){.kind = AGMM_WORLD_CPU, .nranks = 2, .timeout_s = bad_timeouts[i]};
+        err[0] = '\0';
+        st = agmm_world_create(&world, &cfg, err, sizeof err);
+        agmm_check(st == AGMM_ERR_INVALID_ARG && world == NULL && strstr(err, "timeout_s=") && strstr(err, "86400"),
+                   "validate world timeout_s=%g: %s, \"%s\"", bad_timeouts[i], agmm_status_str(st), err);
+        if (st == AGMM_SUCCESS)
+            agmm_world_destroy(world);
+        agmm_join_config jc = {.kind = AGMM_WORLD_CPU, .rank = 0, .nranks = 1, .device = -1,
+                               .timeout_s = bad_timeouts[i]};
+        err[0] = '\0';
+        st = agmm_world_join(&world, &jc, err, sizeof err);
+        agmm_check(st == AGMM_ERR_INVALID_ARG && world == NULL && strstr(err, "timeout_s="),
+                   "validate join timeout_s=%g: %s, \"%s\"", bad_timeouts[i], agmm_status_str(st), err);
+        if (st == AGMM_SUCCESS)
+            agmm_world_destroy(world);
+    }
+    cfg = (agmm_world_config){.kind = AGMM_WORLD_CPU, .nranks = 2, .timeout_s = 86400};
+    st = agmm_world_create(&world, &cfg, err, sizeof err);
+    agmm_check(st == AGMM_SUCCESS, "validate world timeout_s=86400 (a day) is allowed: %s, \"%s\"",
+               agmm_status_str(st), st == AGMM_SUCCESS ? "" : err);
+    if (st == AGMM_SUCCESS)
+        agmm_world_destroy(world);
+
     for (int i = 0; i < 2; i++) {
         cfg = (agmm_world_config){.kind = AGMM_WORLD_CPU, .nranks = 2};
         cfg.reserved[i ? 10 : 0] = i ? -1 : 1;
@@ -237,6 +266,87 @@ void test_validate_run_io(void)
                    "run on the same plan -> %s with sum %g (want 3: the refused calls did not move the epoch)",
                agmm_status_str(res[0].overlap_status), res[0].overlap_msg, agmm_status_str(res[0].null_status),
                agmm_status_str(res[0].good_status), (double)res[0].sum0);
+}
+
+/* ag_matmul's outputs must not overlap each other, B or the input: each overlap is refused naming
+ * both buffers, before the epoch moves; then the same plan gathers and multiplies exactly. */
+enum { MM_IO_M = 3, MM_IO_N = 8, MM_IO_K = 8, MM_IO_W = 2, MM_IO_CASES = 3 };
+
+typedef struct {
+    agmm_status status[MM_IO_CASES], good_status;
+    char msg[MM_IO_CASES][AGMM_ERROR_LEN];
+    int64_t a_wrong, c_wrong;
+} mm_io_result;
+
+static void mm_io_fill(uint16_t *shard, uint16_t *b, int rank)
+{
+    test_fill_bf16(shard, MM_IO_M * MM_IO_K, 700 + (uint64_t)rank, 4);
+    test_fill_bf16(b, MM_IO_K * MM_IO_N, 799, 4); /* the same B on every rank */
+}
+
+static agmm_status mm_io_rank(agmm_ctx *ctx, void *arg)
+{
+    const int rank = agmm_ctx_rank(ctx);
+    mm_io_result *res = (mm_io_result *)arg + rank;
+    agmm_ag_matmul_desc d = {.m = MM_IO_M, .n = MM_IO_N, .k = MM_IO_K, .backend = "ce"};
+    agmm_plan *plan = NULL;
+    if (agmm_plan_ag_matmul(&plan, ctx, &d) != AGMM_SUCCESS)
+        return AGMM_ERR_INTERNAL;
+    enum { ROWS = MM_IO_W * MM_IO_M };
+    uint16_t shards[MM_IO_W][MM_IO_M * MM_IO_K], b[MM_IO_K * MM_IO_N], ag[ROWS * MM_IO_K], c[ROWS * MM_IO_N];
+    for (int r = 0; r < MM_IO_W; r++)
+        mm_io_fill(shards[r], b, r);
+    memcpy(agmm_plan_input(plan), shards[rank], sizeof shards[rank]);
+    const agmm_ag_matmul_io bad[MM_IO_CASES] = {
+        {.b = b, .a_gathered = c, .c = c},                      /* the two outputs in one buffer */
+        {.b = b, .a_gathered = ag, .c = b + 8},                 /* C over B */
+        {.b = b, .a_gathered = agmm_plan_input(plan), .c = c},  /* the gathered A over the input */
+    };
+    for (int i = 0; i < MM_IO_CASES; i++) {
+        res->status[i] = agmm_ag_matmul(plan, &bad[i], NULL);
+        snprintf(res->msg[i], sizeof res->msg[i], "%s", agmm_last_error(ctx));
+    }
+    test_poison_bf16(ag, ROWS * MM_IO_K);
+    test_poison_bf16(c, ROWS * MM_IO_N);
+    res->good_status = agmm_ag_matmul(plan, &(agmm_ag_matmul_io){.b = b, .a_gathered = ag, .c = c}, NULL);
+    for (int i = 0; i < ROWS; i++)
+        for (int j = 0; j < MM_IO_N; j++) {
+            double sum = 0; /* small integers: exact in fp32 and bf16 */
+            for (int k = 0; k < MM_IO_K; k++) {
+                const uint16_t a = shards[i / MM_IO_M][(i % MM_IO_M) * MM_IO_K + k];
+                res->a_wrong += j == 0 && ag[i * MM_IO_K + k] != a;
+                sum += (double)agmm_bf16_to_f32(a) * agmm_bf16_to_f32(b[j * MM_IO_K + k]);
+            }
+            res->c_wrong += agmm_bf16_to_f32(c[i * MM_IO_N + j]) != sum;
+        }
+    agmm_plan_destroy(plan);
+    return AGMM_SUCCESS;
+}
+
+void test_validate_mm_io(void)
+{
+    static const char *const what[MM_IO_CASES][2] = {{"c == a_gathered", "io->a_gathered"},
+                                                    {"c over b", "overlaps io->b"},
+                                                    {"a_gathered over the input", "overlaps the run's input"}};
+    agmm_world *world = test_cpu_world(MM_IO_W, 1.0);
+    if (world == NULL)
+        return;
+    mm_io_result res[MM_IO_W] = {0};
+    const agmm_status st = agmm_world_run(world, mm_io_rank, res);
+    agmm_world_destroy(world);
+    for (int i = 0; i < MM_IO_CASES; i++) {
+        int ok = st == AGMM_SUCCESS;
+        for (int r = 0; r < MM_IO_W; r++)
+            ok &= res[r].status[i] == AGMM_ERR_INVALID_ARG && strstr(res[r].msg[i], what[i][1]) != NULL;
+        agmm_check(ok, "validate ag_matmul io W=2, %s: %s, message names \"%s\": \"%s\"", what[i][0],
+                   agmm_status_str(res[0].status[i]), what[i][1], res[0].msg[i]);
+    }
+    int ok = st == AGMM_SUCCESS;
+    for (int r = 0; r < MM_IO_W; r++)
+        ok &= res[r].good_status == AGMM_SUCCESS && res[r].a_wrong == 0 && res[r].c_wrong == 0;
+    agmm_check(ok, "validate ag_matmul io W=2: after the refused runs a good run gives %s, gathered A and C exact "
+                   "(wrong elements on rank 0: %lld, %lld)",
+               agmm_status_str(res[0].good_status), (long long)res[0].a_wrong, (long long)res[0].c_wrong);
 }
 
 /* Misuse of the run functions: a plan run with the other operation's function, no plan, no io, io
@@ -407,4 +517,38 @@ void test_validate_host_collective_order(void)
                    res[0].st != AGMM_SUCCESS,
                "host collectives W=2, rank 0 repeats a barrier: rank 1's exchange -> %s (\"%s\"); rank 0's -> %s "
                "(\"%s\")", agmm_status_str(res[1].st), res[1].msg, agmm_status_str(res[0].st), res[0].msg);
+}
+
+/* Ranks that make different collective calls at the same point (rank 0 plans, rank 1 allocates
+ * symmetric memory) meet in host exchanges of different sizes: both fail, saying the ranks are out
+ * of step, and nobody reads the other call's struct (rank 1 used to crash on rank 0's plan). */
+static agmm_status other_call_rank(agmm_ctx *ctx, void *arg)
+{
+    step_result *res = (step_result *)arg + agmm_ctx_rank(ctx);
+    if (agmm_ctx_rank(ctx) == 0) {
+        agmm_plan *plan = NULL;
+        res->st = agmm_plan_matmul_all_reduce(&plan, ctx, &(agmm_matmul_all_reduce_desc){.m = 8, .n = 8, .k = 8});
+        agmm_plan_destroy(plan);
+    } else {
+        void *p = NULL;
+        res->st = agmm_symmetric_alloc(ctx, 4096, &p);
+        agmm_symmetric_free(ctx, p);
+    }
+    snprintf(res->msg, sizeof res->msg, "%s", agmm_last_error(ctx));
+    return AGMM_SUCCESS;
+}
+
+void test_validate_host_other_call(void)
+{
+    agmm_world *world = test_cpu_world(2, 0.3);
+    if (world == NULL)
+        return;
+    step_result res[2] = {0};
+    agmm_world_run(world, other_call_rank, res);
+    agmm_world_destroy(world);
+    agmm_check(res[0].st != AGMM_SUCCESS && res[1].st != AGMM_SUCCESS && strstr(res[0].msg, "out of step") &&
+                   strstr(res[1].msg, "out of step"),
+               "host collectives W=2, rank 0 plans while rank 1 allocates symmetric memory: %s (\"%s\") and %s "
+               "(\"%s\")",
+               agmm_status_str(res[0].st), res[0].msg, agmm_status_str(res[1].st), res[1].msg);
 }

@@ -141,10 +141,24 @@ agmm_status agmm_symmetric_alloc(agmm_ctx *ctx, size_t bytes, void **ptr)
     if (ptr == NULL)
         return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "ptr is NULL");
     *ptr = NULL;
+    /* The ranks agree on the size first: a rank asking for another size (or none) fails every
+     * rank alike, instead of leaving buffers of different sizes that runs would read past. */
+    const uint64_t mine = bytes;
+    uint64_t all[AGMM_MAX_RANKS];
+    agmm_status st = agmm_host_exchange(ctx, &mine, sizeof mine, all);
+    if (st != AGMM_SUCCESS)
+        return st;
+    const int nranks = agmm_ctx_info(ctx)->nranks;
+    for (int r = 1; r < nranks; r++)
+        if (all[r] != all[0])
+            return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
+                             "bytes=%zu: rank %d asks for %llu bytes and rank 0 for %llu: every rank allocates the "
+                             "same size, in the same order",
+                             bytes, r, (unsigned long long)all[r], (unsigned long long)all[0]);
     if (bytes == 0)
         return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "bytes=0: a symmetric buffer needs at least one byte");
     agmm_symm_buf *buf = NULL;
-    agmm_status st = agmm_symm_user_alloc(ctx, bytes, &buf);
+    st = agmm_symm_user_alloc(ctx, bytes, &buf);
     if (st == AGMM_SUCCESS)
         *ptr = buf->local;
     return st;

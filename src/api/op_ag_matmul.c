@@ -41,11 +41,29 @@ static agmm_status check_io(const agmm_plan *plan, const void *vio, agmm_error *
     if (st != AGMM_SUCCESS)
         return st;
     /* Every GPU GEMM (cuBLASLt's plans, the engine's TMA maps) is set up for 16-byte aligned
-     * operands. */
-    if ((agmm_ctx_info(plan->ctx)->caps & AGMM_CAP_GPU) &&
-        ((uintptr_t)io->b | (uintptr_t)io->a_gathered | (uintptr_t)io->c) % 16 != 0)
-        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "io->b=%p, io->a_gathered=%p and io->c=%p must be 16-byte aligned",
-                         io->b, io->a_gathered, io->c);
+     * operands; the CPU world reads bf16 elements. */
+    const size_t align = (agmm_ctx_info(plan->ctx)->caps & AGMM_CAP_GPU) ? 16 : 2;
+    if (((uintptr_t)io->b | (uintptr_t)io->a_gathered | (uintptr_t)io->c) % align != 0)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "io->b=%p, io->a_gathered=%p and io->c=%p must be %zu-byte aligned",
+                         io->b, io->a_gathered, io->c, align);
+    /* The outputs are written while this rank reads B and peers read the input. */
+    const agmm_ag_matmul_desc *d = &plan->desc.mm;
+    const size_t rows = (size_t)(agmm_ctx_info(plan->ctx)->nranks * d->m);
+    const struct {
+        const void *p;
+        size_t bytes;
+        const char *name;
+    } buf[] = {{io->a_gathered, rows * (size_t)d->k * 2, "io->a_gathered"},
+               {io->c, rows * (size_t)d->n * 2, "io->c"},
+               {io->b, (size_t)(d->k * d->n) * 2, "io->b"},
+               {agmm_plan_in(plan), (size_t)(d->m * d->k) * 2, "the run's input"}};
+    for (int o = 0; o < 2; o++)
+        for (int i = o + 1; i < 4; i++)
+            if (agmm_overlap(buf[o].p, buf[o].bytes, buf[i].p, buf[i].bytes))
+                return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
+                                 "%s=%p (%zu bytes) overlaps %s=%p (%zu bytes): the outputs must not overlap each "
+                                 "other, B or the input",
+                                 buf[o].name, buf[o].p, buf[o].bytes, buf[i].name, buf[i].p, buf[i].bytes);
     return AGMM_SUCCESS;
 }
 

@@ -41,7 +41,7 @@ static agmm_status check_io(const agmm_plan *plan, const void *vio, agmm_error *
     if (out % esize != 0)
         return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "io->out=%p is not aligned to its %zu-byte elements", io->out,
                          esize);
-    if (out != in && out < in + bytes && in < out + bytes)
+    if (out != in && agmm_overlap(io->out, bytes, agmm_plan_in(plan), bytes))
         return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
                          "io->out=%p overlaps the run's input %p without equalling it (in place needs out == input)",
                          io->out, agmm_plan_in(plan));

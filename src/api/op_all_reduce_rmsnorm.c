@@ -28,13 +28,6 @@ static const void *input_of(const void *io)
     return ((const agmm_all_reduce_rmsnorm_io *)io)->input;
 }
 
-/* [a, a + a_bytes) and [b, b + b_bytes) share a byte. */
-static int overlap(const void *a, size_t a_bytes, const void *b, size_t b_bytes)
-{
-    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-    return a != NULL && b != NULL && x < y + b_bytes && y < x + a_bytes;
-}
-
 static agmm_status check_io(const agmm_plan *plan, const void *vio, agmm_error *err)
 {
     const agmm_all_reduce_rmsnorm_io *io = vio;
@@ -67,12 +60,12 @@ static agmm_status check_io(const agmm_plan *plan, const void *vio, agmm_error *
                  {io->bias, row, "io->bias"}, {io->residual, rows, "io->residual"},
                  {io->residual_out, rows, "io->residual_out"}};
     for (size_t i = 0; i < sizeof other / sizeof other[0]; i++) {
-        if (overlap(io->y, rows, other[i].p, other[i].bytes))
+        if (agmm_overlap(io->y, rows, other[i].p, other[i].bytes))
             return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
                              "io->y=%p overlaps %s (%p): the outputs must not overlap the input, gamma, bias, "
                              "residual or each other",
                              io->y, other[i].name, other[i].p);
-        if (i < 4 && overlap(io->residual_out, rows, other[i].p, other[i].bytes) &&
+        if (i < 4 && agmm_overlap(io->residual_out, rows, other[i].p, other[i].bytes) &&
             !(i == 3 && io->residual_out == io->residual))
             return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "io->residual_out=%p overlaps %s (%p)%s", io->residual_out,
                              other[i].name, other[i].p,

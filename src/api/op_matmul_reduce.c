@@ -29,21 +29,17 @@ int agmm_op_mr_scratch(int64_t m, int64_t n, int64_t k, int64_t out_rows, size_t
 
 const void *agmm_op_mr_input_of(const void *io) { return NULL; }
 
-static int overlap(const void *x, size_t x_bytes, const void *y, size_t y_bytes)
-{
-    uintptr_t a = (uintptr_t)x, b = (uintptr_t)y;
-    return x_bytes && y_bytes && a < b + y_bytes && b < a + x_bytes;
-}
-
 agmm_status agmm_op_mr_check_buffers(const agmm_plan *plan, int64_t m, int64_t n, int64_t k, const void *a,
                                      const void *b, void *out, const char *out_name, size_t out_bytes, agmm_error *err)
 {
     const char *op = agmm_op_name(plan->op);
     const size_t a_bytes = (size_t)(m * k) * 2, b_bytes = (size_t)(k * n) * 2;
-    if ((agmm_ctx_info(plan->ctx)->caps & AGMM_CAP_GPU) && ((uintptr_t)a | (uintptr_t)b | (uintptr_t)out) % 16 != 0)
-        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "%s: io->a=%p, io->b=%p and io->%s=%p must be 16-byte aligned", op,
-                         a, b, out_name, out);
-    if (out != NULL && (overlap(out, out_bytes, a, a_bytes) || overlap(out, out_bytes, b, b_bytes)))
+    /* The GPU GEMMs are set up for 16-byte aligned operands; the CPU world reads bf16 elements. */
+    const size_t align = (agmm_ctx_info(plan->ctx)->caps & AGMM_CAP_GPU) ? 16 : 2;
+    if (((uintptr_t)a | (uintptr_t)b | (uintptr_t)out) % align != 0)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "%s: io->a=%p, io->b=%p and io->%s=%p must be %zu-byte aligned",
+                         op, a, b, out_name, out, align);
+    if (out != NULL && (agmm_overlap(out, out_bytes, a, a_bytes) || agmm_overlap(out, out_bytes, b, b_bytes)))
         return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "%s: io->%s=%p (%zu bytes) overlaps io->a=%p or io->b=%p", op,
                          out_name, out, out_bytes, a, b);
     return AGMM_SUCCESS;

@@ -5,7 +5,7 @@
 
 int64_t agmm_matmul_reduce_scatter_rows(int64_t m, int nranks, int rank, int64_t *first_row)
 {
-    if (m < 1 || nranks < 1 || nranks > AGMM_MAX_RANKS || rank < 0 || rank >= nranks)
+    if (m < 1 || m > AGMM_MAX_ELEMS || nranks < 1 || nranks > AGMM_MAX_RANKS || rank < 0 || rank >= nranks)
         return -1;
     return agmm_split_rows(m, nranks, rank, first_row);
 }

@@ -5,6 +5,12 @@
 
 #include <stdio.h>
 
+int agmm_overlap(const void *x, size_t x_bytes, const void *y, size_t y_bytes)
+{
+    const uintptr_t a = (uintptr_t)x, b = (uintptr_t)y;
+    return x != NULL && y != NULL && x_bytes && y_bytes && a < b + y_bytes && b < a + x_bytes;
+}
+
 int64_t agmm_mul_checked(int64_t a, int64_t b)
 {
     if (a < 0 || b < 0)

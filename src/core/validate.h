@@ -34,6 +34,8 @@ agmm_status agmm_check_matmul_reduce(const char *op, int64_t m, int64_t n, int64
 agmm_status agmm_check_all_reduce_rmsnorm(const agmm_all_reduce_rmsnorm_desc *d, agmm_error *err);
 /* AGMM_ERR_INVALID_ARG naming `what` unless the `bytes` at p are all zero. */
 agmm_status agmm_check_reserved(const void *p, size_t bytes, const char *what, agmm_error *err);
+/* 1 where [x, x + x_bytes) and [y, y + y_bytes) share a byte (a NULL or empty range shares none). */
+int agmm_overlap(const void *x, size_t x_bytes, const void *y, size_t y_bytes);
 /* a * b if it stays within AGMM_MAX_ELEMS, else -1. Both >= 0. */
 int64_t agmm_mul_checked(int64_t a, int64_t b);
 size_t agmm_dtype_bytes(agmm_dtype dtype);

@@ -21,6 +21,7 @@ typedef struct {
     uint64_t busy;             /* bit i: local rank i is busy with work of its own */
     unsigned char *slots;      /* nlocal slots of AGMM_HOST_SLOT_BYTES */
     uint32_t *tags;            /* nlocal: the tag of the host collective each rank is in */
+    size_t *sizes;             /* nlocal: the bytes each rank's exchange carries */
 } threads_state;
 
 /* *t = now + timeout_s on the monotonic clock. */
@@ -91,27 +92,30 @@ static agmm_status threads_barrier(agmm_ctx *ctx, uint32_t tag)
     return st;
 }
 
-/* Write my slot, meet, check that every rank is in this same call (tags), read all slots, meet
- * again so that nobody overwrites a slot still being read. */
+/* Write my slot, meet, check that every rank is in this same call (tags, and sizes: ranks that
+ * took different paths can meet in exchanges of one number, and a slot read as another call's
+ * struct is garbage), read all slots, meet again so that nobody overwrites a slot still being
+ * read. */
 static agmm_status threads_exchange(agmm_ctx *ctx, uint32_t tag, const void *mine, size_t bytes, void *all)
 {
     agmm_world *w = ctx->world;
     threads_state *s = w->host_state;
     pthread_mutex_lock(&s->mu);
     s->tags[ctx->info.local_rank] = tag;
+    s->sizes[ctx->info.local_rank] = bytes;
     memcpy(s->slots + (size_t)ctx->info.local_rank * AGMM_HOST_SLOT_BYTES, mine, bytes);
     agmm_status st = rendezvous_locked(ctx, s, tag);
     if (st == AGMM_SUCCESS) {
         int odd = -1;
         for (int r = 0; r < w->nlocal && odd < 0; r++)
-            if (s->tags[r] != tag)
+            if (s->tags[r] != tag || s->sizes[r] != bytes)
                 odd = r;
         if (odd >= 0)
             AGMM_FAIL(&ctx->err, AGMM_ERR_INTERNAL,
-                      "rank %d: host exchange #%u met rank %d in its host %s #%u: the ranks are out of step "
-                      "(one skipped or repeated a collective call)",
-                      ctx->info.rank, tag >> 1, w->first_rank + odd, s->tags[odd] & 1 ? "exchange" : "barrier",
-                      s->tags[odd] >> 1);
+                      "rank %d: host exchange #%u (%zu bytes) met rank %d in its host %s #%u (%zu bytes): the ranks "
+                      "are out of step (one skipped or repeated a collective call, or they made different calls)",
+                      ctx->info.rank, tag >> 1, bytes, w->first_rank + odd, s->tags[odd] & 1 ? "exchange" : "barrier",
+                      s->tags[odd] >> 1, s->tags[odd] & 1 ? s->sizes[odd] : 0);
         else
             for (int r = 0; r < w->nlocal; r++)
                 memcpy((unsigned char *)all + (size_t)(w->first_rank + r) * bytes, s->slots + (size_t)r * AGMM_HOST_SLOT_BYTES,
@@ -145,6 +149,7 @@ static void threads_fini(agmm_world *w)
     pthread_mutex_destroy(&s->mu);
     free(s->slots);
     free(s->tags);
+    free(s->sizes);
     free(s);
     w->host_state = NULL;
 }
@@ -168,7 +173,8 @@ agmm_status agmm_host_threads_init(agmm_world *w, agmm_error *err)
     pthread_condattr_destroy(&ca);
     s->slots = calloc((size_t)w->nlocal, AGMM_HOST_SLOT_BYTES);
     s->tags = calloc((size_t)w->nlocal, sizeof *s->tags);
-    if (s->slots == NULL || s->tags == NULL)
+    s->sizes = calloc((size_t)w->nlocal, sizeof *s->sizes);
+    if (s->slots == NULL || s->tags == NULL || s->sizes == NULL)
         return AGMM_FAIL(err, AGMM_ERR_NO_MEMORY, "world exchange buffer allocation failed");
     return AGMM_SUCCESS;
 }

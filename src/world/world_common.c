@@ -62,6 +62,15 @@ double agmm_world_default_timeout_s(void)
     return v.number;
 }
 
+agmm_status agmm_world_check_timeout(double timeout_s, agmm_error *err)
+{
+    const agmm_knob *k = agmm_knob_at(AGMM_KNOB_TIMEOUT_S);
+    if (timeout_s == 0 || (timeout_s >= k->min && timeout_s <= k->max))
+        return AGMM_SUCCESS;
+    return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "timeout_s=%g: must be 0 (AGMM_TIMEOUT_S, unset %s s) or %g..%g seconds",
+                     timeout_s, k->def, k->min, k->max);
+}
+
 agmm_status agmm_world_alloc(double timeout_s, agmm_world **out, agmm_error *err)
 {
     *out = NULL;
@@ -118,10 +127,7 @@ agmm_status agmm_world_create(agmm_world **out, const agmm_world_config *config,
     else if (cfg.nranks < 0 || cfg.nranks > AGMM_MAX_RANKS)
         st = AGMM_FAIL(&err, AGMM_ERR_INVALID_ARG, "nranks=%d: must be 0 (automatic) or 1..%d", cfg.nranks,
                        AGMM_MAX_RANKS);
-    else if (!(cfg.timeout_s >= 0))
-        st = AGMM_FAIL(&err, AGMM_ERR_INVALID_ARG, "timeout_s=%g: must be >= 0 (0: AGMM_TIMEOUT_S, unset %s s)",
-                       cfg.timeout_s, agmm_knob_at(AGMM_KNOB_TIMEOUT_S)->def);
-    else
+    else if ((st = agmm_world_check_timeout(cfg.timeout_s, &err)) == AGMM_SUCCESS)
         st = agmm_check_reserved(cfg.reserved, sizeof cfg.reserved, "world config", &err);
     if (st != AGMM_SUCCESS) {
         copy_err(&err, errbuf, errbuf_len);

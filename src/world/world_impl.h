@@ -74,6 +74,10 @@ struct agmm_ctx {
     void *api;                 /* the API layer's per-rank state */
 };
 
+/* A config's timeout_s: 0 (AGMM_TIMEOUT_S's value), or AGMM_TIMEOUT_S's own range (a millisecond to a
+ * day): a longer bound would overflow the waits' nanosecond deadlines, and NaN or infinity is no
+ * bound at all. */
+agmm_status agmm_world_check_timeout(double timeout_s, agmm_error *err);
 /* A zeroed world with its timeout (0: 5 s), log level and unusable-record lock (world_common.c). */
 agmm_status agmm_world_alloc(double timeout_s, agmm_world **out, agmm_error *err);
 

@@ -130,9 +130,9 @@ static agmm_status check_config(const agmm_join_config *c, agmm_error *err)
                          c->rank, c->nranks - 1, c->nranks);
     if (c->device < -1)
         return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "device=%d: must be a CUDA device ordinal or -1", c->device);
-    if (!(c->timeout_s >= 0))
-        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "timeout_s=%g: must be >= 0 (0: AGMM_TIMEOUT_S, unset %s s)",
-                         c->timeout_s, agmm_knob_at(AGMM_KNOB_TIMEOUT_S)->def);
+    const agmm_status timeout_ok = agmm_world_check_timeout(c->timeout_s, err);
+    if (timeout_ok != AGMM_SUCCESS)
+        return timeout_ok;
     if (c->multi_host != 0 && c->multi_host != 1)
         return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "multi_host=%d: must be 0 or 1", c->multi_host);
     if (c->id != NULL) {
