@@ -289,7 +289,8 @@ const char *agmm_backend_name(agmm_op op, int index);
 const char *agmm_backend_summary(agmm_op op, const char *name);
 /* Whether plans of `op` with backend `name` can run in `world`: 1, or 0 with the reason in why:
  * "unknown backend", or why the world cannot run it ("needs NCCL, but ranks share a GPU"). "auto"
- * and NULL give 1; with world NULL, 1 for any backend `op` has (the name alone is checked). Local.
+ * and NULL give 1; with world NULL, 1 for any backend `op` has (the name alone is checked); an `op`
+ * that is no operation gives 0 whatever the name. Local.
  * why (why_len bytes) is the caller's and may be NULL. */
 int agmm_backend_available(const agmm_world *world, agmm_op op, const char *name, char *why, size_t why_len);
 

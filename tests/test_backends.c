@@ -263,6 +263,20 @@ void test_backend_queries(void)
                "agmm_backend_available(CPU world, all_reduce, \"nccl_plain\") = %d, the reason names it and GPUs: \"%s\"",
                avail, why);
 
+    const agmm_op not_ops[] = {AGMM_OP_NONE, (agmm_op)NOPS, (agmm_op)9};
+    for (size_t i = 0; i < sizeof not_ops / sizeof *not_ops; i++) {
+        const char *names[] = {"auto", NULL, "one_shot"};
+        int any = 0;
+        for (int n = 0; n < 3; n++) {
+            snprintf(why, sizeof why, "(unchanged)");
+            any |= agmm_backend_available(n == 1 ? NULL : world, not_ops[i], names[n], why, sizeof why) != 0 ||
+                   strstr(why, "is not an operation") == NULL;
+        }
+        agmm_check(!any, "agmm_backend_available(world, op=%d, auto / NULL / \"one_shot\") = 0, the reason saying it "
+                         "is not an operation: \"%s\"",
+                   (int)not_ops[i], why);
+    }
+
     for (int oi = 0; oi < NOPS; oi++) {
         agmm_op op = (agmm_op)oi;
         snprintf(why, sizeof why, "(unchanged)");

@@ -89,6 +89,12 @@ int agmm_backend_available(const agmm_world *world, agmm_op op, const char *name
 {
     if (why && why_len)
         why[0] = '\0';
+    if (agmm_op_type_of(op) == NULL) {
+        if (why)
+            agmm_format(why, why_len, "op=%d is not an operation (AGMM_OP_AG_MATMUL .. AGMM_OP_ALL_REDUCE_RMSNORM)",
+                        (int)op);
+        return 0;
+    }
     if (agmm_backend_is_auto(name))
         return 1;
     const agmm_backend *b = agmm_backend_find(op, name);

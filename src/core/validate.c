@@ -130,7 +130,7 @@ agmm_status agmm_check_all_reduce_rmsnorm(const agmm_all_reduce_rmsnorm_desc *d,
     const float eps32 = (float)d->eps;
     if (!(d->eps > 0) || !(eps32 > 0) || eps32 > FLT_MAX)
         return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
-                         "eps=%g: must be > 0 and finite, and stay so as fp32 (%g to %g)", d->eps,
+                         "eps=%.9g: must be > 0 and finite, and stay so as fp32 (%.9g to %.9g)", d->eps,
                          (double)FLT_TRUE_MIN, (double)FLT_MAX);
     return agmm_check_reserved(d->reserved, sizeof d->reserved, "all_reduce_rmsnorm desc", err);
 }
