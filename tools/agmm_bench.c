@@ -2,8 +2,10 @@
  * reference, times it and prints the seed's table (docs/design.md, "Benchmark method"). On a
  * machine without a GPU it runs the CPU world and says so. */
 #include <errno.h>
+#include <float.h>
 #include <libgen.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,9 +24,9 @@ static const char *const usage_head =
     "\n"
     "  --op OP             ag_matmul (default), all_reduce, matmul_reduce_scatter,\n"
     "                      matmul_all_reduce or all_reduce_rmsnorm\n"
-    "  --shape M,N,K       a matmul shape (repeatable); ag_matmul: M = rows per rank; the\n"
-    "                      row-parallel matmuls: M = rows of S (before the scatter), K = each\n"
-    "                      rank's slice of the reduced dimension\n"
+    "  --shape M,N,K       a matmul shape (the one option that repeats); ag_matmul: M = rows\n"
+    "                      per rank; the row-parallel matmuls: M = rows of S (before the\n"
+    "                      scatter), K = each rank's slice of the reduced dimension\n"
     "  --shapes A:B:S      cube shapes M=N=K from A to B step S (default on GPUs: 256:4096:128,\n"
     "                      the seed's 31 shapes, and for the row-parallel matmuls the model\n"
     "                      shapes 8192,8192,3584 and 8192,8192,1024, matmul_all_reduce first the\n"
@@ -50,10 +52,11 @@ static const char *const usage_head =
     "  --check             check correctness only, time nothing\n"
     "  --graph             also capture one run in a CUDA graph, check a replay against the run\n"
     "                      and time replays as extra figures (graph_us; GPU worlds only)\n"
-    "  --splits S          chunks per rank for ce and fused (default 1)\n"
-    "  --b-layout L        col (default: B^T contiguous, the seed's layout) or row\n"
-    "  --dtype T           all_reduce element type: bf16 (default) or fp32\n"
-    "  --timeout SEC       bound on every wait for a peer (default: AGMM_TIMEOUT_S, below)\n"
+    "  --splits S          ag_matmul's chunks per rank, for ce, fused and pull (default 1)\n"
+    "  --b-layout L        the matmuls' B: col (default: B^T contiguous, the seed's layout) or row\n"
+    "  --dtype T           all_reduce's element type: bf16 (default) or fp32\n"
+    "  --timeout SEC       bound on every wait for a peer, 0.001..86400 (default: AGMM_TIMEOUT_S,\n"
+    "                      below)\n"
     "  --csv FILE          write every figure as CSV\n"
     "  --json FILE         write every figure as JSON\n"
     "  --fault SPEC        inject a fault: rank=R,at=POINT,action=ACTION[,ms=N] (the README's\n"
@@ -61,6 +64,8 @@ static const char *const usage_head =
     "                      exit)\n"
     "  --help              this text\n"
     "\n"
+    "Every option but --shape is given at most once. An option of other operations than --op's\n"
+    "(--sizes with ag_matmul, --eps with all_reduce, even at its default value) is an error.\n"
     "Each row's buffers are checked against the memory available before the row runs, and the\n"
     "output files before the sweep.\n"
     "Exit status: 0 every cell correct or skipped, 1 a wrong result or an error, 2 bad arguments.\n"
@@ -124,14 +129,21 @@ static int op_named(const char *name, agmm_op *op)
     return -1;
 }
 
-/* "must be ag_matmul, all_reduce, ... or all_reduce_rmsnorm": every operation of the library. */
-static void op_names(char *out, size_t len)
+/* "ag_matmul, all_reduce ... or all_reduce_rmsnorm": the operations of the library in `ops` (bit
+ * op set). */
+static void op_list(char *out, size_t len, unsigned ops)
 {
-    const int n = agmm_ext_op_count();
-    size_t used = (size_t)snprintf(out, len, "must be");
-    for (agmm_op o = 0; (int)o < n && used < len; o++)
-        used += (size_t)snprintf(out + used, len - used, "%s%s", o == 0 ? " " : (int)o == n - 1 ? " or " : ", ",
-                                 agmm_op_name(o));
+    int left = 0;
+    for (agmm_op o = 0; (int)o < agmm_ext_op_count(); o++)
+        left += (ops >> o) & 1;
+    size_t used = 0;
+    out[0] = '\0';
+    for (agmm_op o = 0; (int)o < agmm_ext_op_count() && used < len; o++)
+        if ((ops >> o) & 1) {
+            left--;
+            used += (size_t)snprintf(out + used, len - used, "%s%s", agmm_op_name(o),
+                                     left > 1 ? ", " : left == 1 ? " or " : "");
+        }
 }
 
 static int bad(const char *opt, const char *val, const char *allowed)
@@ -143,22 +155,60 @@ static int bad(const char *opt, const char *val, const char *allowed)
     return 2;
 }
 
+#define MAX_OPTIONS 64
+
 /* Whether `a` is an option, and whether it takes a value: the help text is the table of options
  * ("  --op OP  ..." takes one, "  --check  ..." does not), so an option exists once it is
- * documented. -h is --help's short form. */
+ * documented. Returns its place in the table (-h is --help's short form), or -1. */
 static int known_option(const char *a, int *takes_value)
 {
     *takes_value = 0;
     if (strcmp(a, "-h") == 0)
-        return 1;
+        a = "--help";
     size_t len = strlen(a);
     if (len < 3 || strncmp(a, "--", 2) != 0)
-        return 0;
-    for (const char *p = strstr(usage_head, "\n  --"); p; p = strstr(p + 1, "\n  --")) {
+        return -1;
+    int index = 0;
+    for (const char *p = strstr(usage_head, "\n  --"); p; p = strstr(p + 1, "\n  --"), index++) {
         if (strncmp(p + 3, a, len) == 0 && (p[3 + len] == ' ' || p[3 + len] == '\n')) {
             *takes_value = p[3 + len] == ' ' && p[4 + len] != ' ';
-            return 1;
+            return index < MAX_OPTIONS ? index : -1;
         }
+    }
+    return -1;
+}
+
+#define OPS_MATMUL (1u << AGMM_OP_AG_MATMUL | 1u << AGMM_OP_MATMUL_REDUCE_SCATTER | 1u << AGMM_OP_MATMUL_ALL_REDUCE)
+
+/* The options of some operations only (bit op set): given with another --op, even at their default
+ * value, they are an error. The others apply to every operation. */
+static const struct {
+    const char *name;
+    unsigned ops;
+} op_options[] = {
+    {"--shape", OPS_MATMUL},
+    {"--shapes", OPS_MATMUL},
+    {"--b-layout", OPS_MATMUL},
+    {"--splits", 1u << AGMM_OP_AG_MATMUL},  /* the other matmuls' descriptors have no splits */
+    {"--sizes", 1u << AGMM_OP_ALL_REDUCE},
+    {"--dtype", 1u << AGMM_OP_ALL_REDUCE},  /* the others are bf16 */
+    {"--tokens", 1u << AGMM_OP_ALL_REDUCE_RMSNORM},
+    {"--hidden", 1u << AGMM_OP_ALL_REDUCE_RMSNORM},
+    {"--eps", 1u << AGMM_OP_ALL_REDUCE_RMSNORM},
+};
+
+/* 0 if every option given (seen, by place in the table of options) applies to op, else 2 after
+ * naming the first that does not. */
+static int check_op_options(agmm_op op, const int seen[MAX_OPTIONS])
+{
+    for (size_t i = 0; i < sizeof op_options / sizeof *op_options; i++) {
+        int takes, at = known_option(op_options[i].name, &takes);
+        if (at < 0 || !seen[at] || (op_options[i].ops >> op) & 1)
+            continue;
+        char ops[256], why[384];
+        op_list(ops, sizeof ops, op_options[i].ops);
+        agmm_format(why, sizeof why, "applies to --op %s, not %s", ops, agmm_op_name(op));
+        return bad(op_options[i].name, NULL, why);
     }
     return 0;
 }
@@ -167,6 +217,8 @@ static int known_option(const char *a, int *takes_value)
 static int check_output(const char *opt, const char *path)
 {
     struct stat sb;
+    if (*path == '\0')
+        return bad(opt, NULL, "needs a file name, not an empty string");
     if (stat(path, &sb) == 0) {
         if (S_ISDIR(sb.st_mode))
             return bad(opt, path, "is a directory, not a file");
@@ -225,16 +277,24 @@ static int parse_int(const char *s, int lo, int hi, int *out)
     return 0;
 }
 
-/* Splits "a<sep>b<sep>c" into at most max fields of at most 31 chars; returns the count or -1. */
-static int split(const char *s, char sep, char fields[][32], int max)
+/* Splits "a<sep>b<sep>c" into at most max fields of at most 31 chars; returns the count, or -1
+ * with why (too many, an empty one, one too long) in why[96]. */
+static int split(const char *s, char sep, char fields[][32], int max, char why[96])
 {
     int n = 0;
     const char *p = s;
     for (;;) {
         const char *q = strchr(p, sep);
         size_t len = q ? (size_t)(q - p) : strlen(p);
-        if (n == max || len == 0 || len > 31)
+        if (n == max || len == 0 || len > 31) {
+            if (n == max)
+                agmm_format(why, 96, "too many items (at most %d)", max);
+            else if (len == 0)
+                agmm_format(why, 96, "an empty item");
+            else
+                agmm_format(why, 96, "item '%.16s...' is longer than 31 characters", p);
             return -1;
+        }
         memcpy(fields[n], p, len);
         fields[n][len] = '\0';
         n++;
@@ -295,35 +355,48 @@ static int check_backends(bench_options *o, char names[][32])
 }
 
 /* all_reduce_rmsnorm's rows: every T of `tokens` with every H of `hidden` (NULL: the world's
- * default, filled in apply_defaults), each checked with the library's rules. 0, or 2 after
- * printing the problem. */
+ * default, filled in apply_defaults), each checked with the library's rules (eps is checked
+ * before: check_eps). 0, or 2 after printing the problem. */
 static int parse_arn_rows(bench_options *o, const char *tokens, const char *hidden)
 {
     if (!tokens && !hidden)
         return 0;
     if (!tokens || !hidden)
         return bad(tokens ? "--tokens" : "--hidden", NULL, "--tokens and --hidden go together (every T with every H)");
-    char t[BENCH_MAX_ROWS][32], h[BENCH_MAX_ROWS][32];
-    int nt = split(tokens, ',', t, BENCH_MAX_ROWS), nh = split(hidden, ',', h, BENCH_MAX_ROWS);
-    if (nt < 0 || nh < 0)
-        return bad(nt < 0 ? "--tokens" : "--hidden", nt < 0 ? tokens : hidden, "must be a comma-separated list");
+    char t[BENCH_MAX_ROWS][32], h[BENCH_MAX_ROWS][32], why[512];
+    int nt = split(tokens, ',', t, BENCH_MAX_ROWS, why);
+    if (nt < 0)
+        return bad("--tokens", tokens, why);
+    int nh = split(hidden, ',', h, BENCH_MAX_ROWS, why);
+    if (nh < 0)
+        return bad("--hidden", hidden, why);
     if (nt * nh > BENCH_MAX_ROWS)
         return bad("--tokens/--hidden", NULL, "too many rows (at most 256 T x H pairs)");
     for (int i = 0; i < nt; i++)
         for (int k = 0; k < nh; k++) {
             agmm_all_reduce_rmsnorm_desc d = {.eps = o->eps};
-            char why[512];
             if (parse_i64(t[i], 1, (int64_t)1 << 40, &d.tokens))
                 return bad("--tokens", t[i], "must be an integer (or 2^E) in 1..2^40");
             if (parse_i64(h[k], 1, (int64_t)1 << 40, &d.hidden))
                 return bad("--hidden", h[k], "must be an integer (or 2^E) in 1..2^40");
             if (agmm_ext_check_all_reduce_rmsnorm(&d, why, sizeof why) != AGMM_SUCCESS)
-                return bad(d.hidden % 8 || d.hidden < 8 ? "--hidden" : "--tokens/--hidden/--eps", NULL, why);
+                return bad(d.hidden % 8 || d.hidden < 8 ? "--hidden" : "--tokens/--hidden", NULL, why);
             o->shapes[o->nrows][0] = d.tokens;
             o->shapes[o->nrows][1] = d.hidden;
             o->shapes[o->nrows++][2] = 0;
         }
     return 0;
+}
+
+/* all_reduce_rmsnorm's eps by the library's rule, whatever the rows (the default sweep's too): 0, or
+ * 2 after naming --eps. */
+static int check_eps(double eps, const char *arg)
+{
+    agmm_all_reduce_rmsnorm_desc d = {.tokens = 1, .hidden = 8, .eps = eps};
+    char why[AGMM_ERROR_LEN];
+    if (agmm_ext_check_all_reduce_rmsnorm(&d, why, sizeof why) == AGMM_SUCCESS)
+        return 0;
+    return bad("--eps", arg, why);
 }
 
 int bench_parse(int argc, char **argv, bench_options *o)
@@ -334,19 +407,31 @@ int bench_parse(int argc, char **argv, bench_options *o)
     o->b_layout = AGMM_LAYOUT_COL_MAJOR;
     o->dtype = AGMM_DTYPE_BF16;
     o->eps = 1e-6;
-    const char *shapes = NULL, *sizes = NULL, *tokens = NULL, *hidden = NULL;
-    int dtype_set = 0;
+    const char *shapes = NULL, *sizes = NULL, *tokens = NULL, *hidden = NULL, *eps_arg = NULL;
+    int seen[MAX_OPTIONS] = {0}; /* times each option was given, by place in the table of options */
     const char *shape_args[BENCH_MAX_ROWS];
-    char backend_names[BENCH_MAX_BACKENDS][32];
+    char backend_names[BENCH_MAX_BACKENDS][32], why[AGMM_ERROR_LEN];
     int nshape_flags = 0;
+    const agmm_knob *timeout_knob = agmm_knob_at(AGMM_KNOB_TIMEOUT_S);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int takes = 1, wants_value = 0;
-        if (!known_option(a, &wants_value))
+        int takes = 1, wants_value = 0, at = known_option(a, &wants_value);
+        if (at < 0)
             return bad(a, NULL, "unknown option");
         if (wants_value && v == NULL)
             return bad(a, NULL, "needs a value");
+        /* A value is never an option: "--csv --check" would write a file named --check. Numbers
+         * start with one dash at most. */
+        if (wants_value && strncmp(v, "--", 2) == 0) {
+            int ignored;
+            const int is_option = known_option(v, &ignored) >= 0;
+            agmm_format(why, sizeof why, "needs a value, got %s%s%s", is_option ? "the option " : "", v,
+                        is_option ? "" : " (values never start with --)");
+            return bad(a, NULL, why);
+        }
+        if (seen[at]++ && strcmp(a, "--shape") != 0)
+            return bad(a, NULL, "is given twice (every option but --shape is given once)");
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             bench_usage(stdout);
             return 1;
@@ -364,15 +449,19 @@ int bench_parse(int argc, char **argv, bench_options *o)
             o->graph = 1, takes = 0;
         } else if (!strcmp(a, "--op")) {
             if (op_named(v, &o->op) != 0) {
-                char names[256];
-                op_names(names, sizeof names);
-                return bad(a, v, names);
+                char names[256], allowed[272];
+                op_list(names, sizeof names, (1u << agmm_ext_op_count()) - 1);
+                agmm_format(allowed, sizeof allowed, "must be %s", names);
+                return bad(a, v, allowed);
             }
         } else if (!strcmp(a, "--shape")) {
             char f[3][32];
             if (nshape_flags == BENCH_MAX_ROWS)
                 return bad(a, v, "too many rows (at most 256)");
-            if (split(v, ',', f, 3) != 3 || parse_i64(f[0], 1, INT64_MAX, &o->shapes[nshape_flags][0]) ||
+            int n = split(v, ',', f, 3, why);
+            if (n < 0)
+                return bad(a, v, why);
+            if (n != 3 || parse_i64(f[0], 1, INT64_MAX, &o->shapes[nshape_flags][0]) ||
                 parse_i64(f[1], 1, INT64_MAX, &o->shapes[nshape_flags][1]) ||
                 parse_i64(f[2], 1, INT64_MAX, &o->shapes[nshape_flags][2]))
                 return bad(a, v, "must be M,N,K with three integers >= 1");
@@ -389,12 +478,14 @@ int bench_parse(int argc, char **argv, bench_options *o)
             char *end;
             errno = 0;
             o->eps = strtod(v, &end);
-            if (*end || errno || !(o->eps > 0))
+            /* Out of a double's range (ERANGE) is left to check_eps: the library's rule says why. */
+            if (*end || signbit(o->eps) || !(o->eps > 0 || errno == ERANGE))
                 return bad(a, v, "must be a number > 0");
+            eps_arg = v;
         } else if (!strcmp(a, "--backends")) {
-            int n = split(v, ',', backend_names, BENCH_MAX_BACKENDS);
+            int n = split(v, ',', backend_names, BENCH_MAX_BACKENDS, why);
             if (n < 0)
-                return bad(a, v, "must be a comma-separated list of at most 8 backend names");
+                return bad(a, v, why);
             o->nbackends = n;
         } else if (!strcmp(a, "--world")) {
             if (!strcmp(v, "auto")) o->world = AGMM_WORLD_AUTO;
@@ -415,37 +506,34 @@ int bench_parse(int argc, char **argv, bench_options *o)
             else if (!strcmp(v, "row")) o->b_layout = AGMM_LAYOUT_ROW_MAJOR;
             else return bad(a, v, "must be col or row");
         } else if (!strcmp(a, "--dtype")) {
-            dtype_set = 1;
             if (!strcmp(v, "bf16")) o->dtype = AGMM_DTYPE_BF16;
             else if (!strcmp(v, "fp32")) o->dtype = AGMM_DTYPE_F32;
             else return bad(a, v, "must be bf16 or fp32");
         } else if (!strcmp(a, "--timeout")) {
+            /* The library's range for a world's timeout (AGMM_TIMEOUT_S's); its 0, the default, is
+             * leaving --timeout out. */
             char *end;
             errno = 0;
             o->timeout_s = strtod(v, &end);
-            if (*end || errno || !(o->timeout_s > 0 && o->timeout_s <= 3600))
-                return bad(a, v, "must be seconds in (0, 3600]");
+            if (*end || errno || !(o->timeout_s >= timeout_knob->min && o->timeout_s <= timeout_knob->max)) {
+                agmm_format(why, sizeof why, "must be seconds in %g..%g", timeout_knob->min, timeout_knob->max);
+                return bad(a, v, why);
+            }
         } else if (!strcmp(a, "--csv")) {
             o->csv_path = v;
         } else if (!strcmp(a, "--json")) {
             o->json_path = v;
         } else if (!strcmp(a, "--fault")) {
+            if (*v == '\0')
+                return bad(a, NULL, "needs a spec rank=R,at=POINT,action=ACTION[,ms=N], not an empty string");
             o->fault = v;
         } else {
             return bad(a, NULL, "unknown option");
         }
         i += takes;
     }
-    if ((o->op == AGMM_OP_ALL_REDUCE || o->op == AGMM_OP_ALL_REDUCE_RMSNORM) && (nshape_flags || shapes))
-        return bad("--shape/--shapes", NULL, "apply to the matmul operations; all_reduce takes --sizes, "
-                   "all_reduce_rmsnorm --tokens and --hidden");
-    if (o->op != AGMM_OP_ALL_REDUCE && sizes)
-        return bad("--sizes", sizes, "applies to --op all_reduce; the matmul operations take --shape or --shapes, "
-                   "all_reduce_rmsnorm --tokens and --hidden");
-    if (o->op == AGMM_OP_ALL_REDUCE_RMSNORM && dtype_set)
-        return bad("--dtype", NULL, "applies to --op all_reduce (all_reduce_rmsnorm is bf16)");
-    if (o->op != AGMM_OP_ALL_REDUCE_RMSNORM && (tokens || hidden || o->eps != 1e-6))
-        return bad("--tokens/--hidden/--eps", NULL, "apply to --op all_reduce_rmsnorm");
+    if (check_op_options(o->op, seen) || (eps_arg && check_eps(o->eps, eps_arg)))
+        return 2;
     if (check_backends(o, backend_names))
         return 2;
     o->nrows = nshape_flags;
@@ -455,7 +543,10 @@ int bench_parse(int argc, char **argv, bench_options *o)
     if (shapes) {
         char f[3][32];
         int64_t lo, hi, step;
-        if (split(shapes, ':', f, 3) != 3 || parse_i64(f[0], 1, 1 << 20, &lo) || parse_i64(f[1], lo, 1 << 20, &hi) ||
+        int n = split(shapes, ':', f, 3, why);
+        if (n < 0)
+            return bad("--shapes", shapes, why);
+        if (n != 3 || parse_i64(f[0], 1, 1 << 20, &lo) || parse_i64(f[1], lo, 1 << 20, &hi) ||
             parse_i64(f[2], 1, 1 << 20, &step))
             return bad("--shapes", shapes, "must be FROM:TO:STEP with 1 <= FROM <= TO and STEP >= 1");
         for (int64_t s = lo; s <= hi; s += step)
@@ -464,9 +555,9 @@ int bench_parse(int argc, char **argv, bench_options *o)
     }
     if (sizes) {
         char f[BENCH_MAX_ROWS][32];
-        int n = split(sizes, ',', f, BENCH_MAX_ROWS);
+        int n = split(sizes, ',', f, BENCH_MAX_ROWS, why);
         if (n < 0)
-            return bad("--sizes", sizes, "must be a comma-separated list of element counts");
+            return bad("--sizes", sizes, why);
         for (int i = 0; i < n; i++)
             if (parse_i64(f[i], 1, (int64_t)1 << 40, &o->sizes[i]))
                 return bad("--sizes", f[i], "must be an integer (or 2^E) in 1..2^40");
@@ -485,7 +576,6 @@ int bench_parse(int argc, char **argv, bench_options *o)
      * --fault reaches the library as AGMM_FAULT. */
     agmm_knob_read(AGMM_KNOB_FAULT, &fault, &knob_err);
     const char *spec = o->fault ? o->fault : fault.text;
-    char why[AGMM_ERROR_LEN];
     if (spec && agmm_ext_check_fault(spec, why, sizeof why) != AGMM_SUCCESS)
         return bad(o->fault ? "--fault" : "AGMM_FAULT", spec, why);
     if (o->fault && setenv("AGMM_FAULT", o->fault, 1) != 0)

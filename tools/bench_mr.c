@@ -26,15 +26,20 @@ void bench_mr_fill(uint16_t *x, size_t count, uint64_t seed)
         x[i] = agmm_f32_to_bf16(agmm_rng_uniform(&seed));
 }
 
-/* Element (row, col) of S in fp64. */
-static double s_at(const bench_mr_ref *r, int64_t row, int64_t col)
+/* Element (row, col) of S in fp64; *scale = the sum over ranks of |P_p(row, col)|. */
+static double s_at(const bench_mr_ref *r, int64_t row, int64_t col, double *scale)
 {
     double acc = 0;
-    for (int p = 0; p < r->nranks; p++)
+    *scale = 0;
+    for (int p = 0; p < r->nranks; p++) {
+        double part = 0;
         for (int64_t kk = 0; kk < r->k; kk++) {
             int64_t bi = r->layout == AGMM_LAYOUT_COL_MAJOR ? col * r->k + kk : kk * r->n + col;
-            acc += (double)value_at(r->seed_a[p], row * r->k + kk) * (double)value_at(r->seed_b[p], bi);
+            part += (double)value_at(r->seed_a[p], row * r->k + kk) * (double)value_at(r->seed_b[p], bi);
         }
+        acc += part;
+        *scale += fabs(part);
+    }
     return acc;
 }
 
@@ -65,9 +70,10 @@ double bench_mr_check(const bench_mr_ref *r, const uint16_t *out, int64_t row0, 
         const int64_t row = nrows == rows ? i : spread(i, nrows, rows);
         for (int64_t j = 0; j < ncols; j++) {
             const int64_t col = ncols == r->n ? j : spread(j, ncols, r->n);
-            const double want = s_at(r, row0 + row, col), got = agmm_bf16_to_f32(out[row * r->n + col]);
+            double scale;
+            const double want = s_at(r, row0 + row, col, &scale), got = agmm_bf16_to_f32(out[row * r->n + col]);
             num += (got - want) * (got - want);
-            den += want * want;
+            den += scale * scale;
         }
     }
     return den > 0 ? sqrt(num / den) : sqrt(num);

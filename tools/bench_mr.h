@@ -21,9 +21,14 @@ typedef struct {
 /* count bf16 values of the stream `seed`. */
 void bench_mr_fill(uint16_t *x, size_t count, uint64_t seed);
 
-/* Relative Frobenius error of rows [row0, row0 + rows) of S in `out` (rows x N) against the fp64
- * sum over every rank's A_p * B_p: every element for small shapes, else sampled rows (first,
- * last, spread) and columns; *nan_seen set if any element of out is NaN. */
+/* The error of rows [row0, row0 + rows) of S in `out` (rows x N): ||S - S64||_F / ||T||_F, S64 the
+ * fp64 sum over every rank's P_p = A_p * B_p and T = sum_p |P_p| elementwise (the scale of the terms,
+ * not of S, which cancellation makes small). Every element for small shapes, else sampled rows
+ * (first, last, spread) and columns; *nan_seen set if any element of out is NaN. The library
+ * rounds each P_p and then S to bf16 (docs/matmul_reduce.md, "The sum"): at most 2^-9 T and
+ * 2^-9 |S| <= 2^-9 T, 2^-8 T in all; NCCL rounds once per hop (random errors, ~1e-3 of T). The
+ * callers' tolerance is 1e-2 (CELL_TOL_BF16). A partial missing, doubled or of the wrong sign costs
+ * ||P_p||_F, about 1/W of ||T||_F for W like partials: above 1e-2 up to the 64 ranks of a world. */
 double bench_mr_check(const bench_mr_ref *r, const uint16_t *out, int64_t row0, int64_t rows, int *nan_seen);
 
 /* FNV-1a of the bytes: what the ranks compare to see the same S. */

@@ -26,9 +26,10 @@ static agmm_status mr_run(cell_job *j, agmm_plan *plan, const void *a, const voi
 }
 
 /* matmul_reduce_scatter and matmul_all_reduce: fresh A_r and B_r per rank (every rank's from
- * seeds: bench_mr.h), the output poisoned, one run checked against the fp64 sum (bench_mr_check)
- * and, for matmul_all_reduce, every rank's S compared bit for bit (its hash exchanged: exact_a
- * then means "every rank the same S"), then timed like the other operations. */
+ * seeds: bench_mr.h), the output poisoned, one run checked against the fp64 sum relative to the
+ * scale of the partials (bench_mr_check) and, for matmul_all_reduce, every rank's S compared bit
+ * for bit (its hash exchanged: exact_a then means "every rank the same S"), then timed like the
+ * other operations. */
 static void run_matmul_reduce(cell_job *j)
 {
     const bench_options *o = &j->res->opt;
@@ -99,7 +100,7 @@ static void run_matmul_reduce(cell_job *j)
         cell_record_check(j, err, same);
         if (!same || nan_seen || !(err <= CELL_TOL_BF16)) {
             char what[160];
-            snprintf(what, sizeof what, "wrong result: S rel err %.2e%s%s (tolerance %.0e)", err,
+            snprintf(what, sizeof what, "wrong result: S err %.2e of sum_r |P_r|%s%s (tolerance %.0e)", err,
                      nan_seen ? ", NaN in S" : "", same ? "" : ", ranks' S differ", CELL_TOL_BF16);
             cell_fail(j, CELL_WRONG, what);
         }

@@ -133,7 +133,7 @@ void report_print(const bench_results *r, FILE *f)
                 r->gpu ? "rank 0's CUDA events" : "rank 0's wall clock",
                 !r->opt.flush ? ", no cache flush" : r->gpu ? ", L2 flushed before each call" : ", 64 MB written before each call");
     if (r->opt.op == AGMM_OP_ALL_REDUCE_RMSNORM)
-        fprintf(f, "# every row with bias and residual, eps=%g; algbw = x's T*H*2 bytes / time; err = the larger "
+        fprintf(f, "# every row with bias and residual, eps=%.9g; algbw = x's T*H*2 bytes / time; err = the larger "
                    "of r' and y's rel. error vs fp64\n", r->opt.eps);
     fprintf(f, "\nBenchmarking results for %s on %dx %s (time_us).\n", op_name(r), r->nranks,
             r->gpu ? "devices" : r->proc_ctx ? "CPU process-ranks" : "CPU thread-ranks");
@@ -211,7 +211,9 @@ void report_print(const bench_results *r, FILE *f)
                    "#   engine alone on that shape%s\n",
                 r->gpu ? "cuBLASLt" : "the CPU GEMM", r->opt.op == AGMM_OP_AG_MATMUL ? "gathered" : "local (M, N, K)",
                 r->opt.op == AGMM_OP_AG_MATMUL ? ""
-                                               : "\n# M = rows of S before the scatter; TFLOP/s per GPU = 2MNK / time");
+                                               : "\n# M = rows of S before the scatter; TFLOP/s per GPU = 2MNK / time;"
+                                                 " err = |S - fp64 sum| / |sum_r |P_r||\n#   (Frobenius norms; P_r:"
+                                                 " rank r's A_r B_r)");
 }
 
 static void csv_num(FILE *f, double v)
