@@ -85,6 +85,11 @@ def _nccl(lib_path):
     return lines, ok
 
 
+def _a(word):
+    """The article before `word`: "an emulated world", "a cpu world"."""
+    return "an" if word[0] in "aeiou" else "a"
+
+
 def _backends(kind):
     """(lines, ok): every backend with its summary, and whether a world of `kind` runs it."""
     lib, w = _lib.lib(), max(len(op) for op in _lib.OPS)
@@ -92,12 +97,12 @@ def _backends(kind):
     world, err = ctypes.c_void_p(), ctypes.create_string_buffer(1024)
     st = lib.agmm_world_create(ctypes.byref(world), ctypes.byref(cfg), err, len(err))
     if st != _lib.SUCCESS:
-        lines = [f"a {kind} world could not be made: {_lib.status_str(st)}: {_lib.text(err.value)}"]
+        lines = [f"{_a(kind)} {kind} world could not be made: {_lib.status_str(st)}: {_lib.text(err.value)}"]
         for op in _lib.OPS:
             lines += [f"  {op:<{w}} {name:<11} {_core.backend_summary(op, name)}" for name in _core.backend_names(op)]
         return lines, False
     try:
-        lines = [f"in a {kind} world: {_lib.text(lib.agmm_world_describe(world))}"]
+        lines = [f"in {_a(kind)} {kind} world: {_lib.text(lib.agmm_world_describe(world))}"]
         for op in _lib.OPS:
             for name, why in _core.backends_available(world, op).items():
                 lines.append(f"  {op:<{w}} {name:<11} {'runs' if not why else 'no: ' + why}")

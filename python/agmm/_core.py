@@ -10,15 +10,23 @@ order that depends only on the sequence of calls, which the ranks share.
 from __future__ import annotations
 
 import ctypes
+import numbers
 from collections import OrderedDict
 
 from . import _lib
 from ._lib import raise_status
 
-# What each field of a plan's key is, in the caller's words (for the disagreement message).
+MAX_PLANS = 65536                    # the bound a plan cache may be given
+FLT_MAX, FLT_TRUE_MIN = 3.4028234663852886e38, 1.401298464324817e-45
+
+# What each field of a plan's key is, in the caller's words (for the disagreement message); a pair
+# (field, names) shows the key's value by its name.
+_LAYOUTS = {_lib.LAYOUT_COL_MAJOR: "column-major (b.T of a contiguous (N, K))",
+            _lib.LAYOUT_ROW_MAJOR: "row-major (a contiguous (K, N))"}
+_DTYPES = {_lib.DTYPE_BF16: "bf16", _lib.DTYPE_F32: "float32"}
 _AG_MATMUL_FIELDS = ("op", "M (rows of a_shard)", "N (columns of b)", "K (columns of a_shard, rows of b)",
-                     "layout of b", "backend", "splits")
-_ALL_REDUCE_FIELDS = ("op", "number of elements", "dtype", "backend")
+                     ("layout of b", _LAYOUTS), "backend", "splits")
+_ALL_REDUCE_FIELDS = ("op", "number of elements", ("dtype", _DTYPES), "backend")
 _ARN_FIELDS = ("op", "tokens (rows of x)", "hidden (the last dimension of x)", "eps", "backend")
 
 # The library's INVALID_ARG messages start with the field they are about ("K=100 is not ...");
@@ -26,11 +34,17 @@ _ARN_FIELDS = ("op", "tokens (rows of x)", "hidden (the last dimension of x)", "
 _AG_MATMUL_ARGS = {"M": "a_shard", "N": "b", "K": "a_shard and b (K)", "shape W": "a_shard and b",
                    "b_layout": "b", "splits": "splits", "backend": "backend", "io->input": "a_shard",
                    "io->b": "b and the outputs (a_gathered, c)"}
-_ALL_REDUCE_ARGS = {"n": "the tensor (its number of elements)", "dtype": "the tensor's dtype",
-                    "backend": "backend", "io->out": "the tensor", "io->input": "the tensor"}
+
+
+def _all_reduce_args(tensor):
+    """all_reduce's fields in the caller's words; tensor: the caller's name of its argument."""
+    return {"n": f"{tensor} (its number of elements)", "dtype": f"{tensor}'s dtype", "backend": "backend",
+            "io->out": tensor, "io->input": tensor}
+
+
 # The row-parallel matmuls (matmul_reduce_scatter, matmul_all_reduce): one key and one set of names.
-_MATMUL_REDUCE_FIELDS = ("op", "M (rows of a)", "N (columns of b)", "K (columns of a, rows of b)", "layout of b",
-                         "backend")
+_MATMUL_REDUCE_FIELDS = ("op", "M (rows of a)", "N (columns of b)", "K (columns of a, rows of b)",
+                         ("layout of b", _LAYOUTS), "backend")
 _MATMUL_REDUCE_ARGS = {"M": "a", "N": "b", "K": "a and b (K)", "shape M": "a and b", "b_layout": "b",
                        "backend": "backend", "io->a": "a, b and the output (16-byte aligned, not overlapping)",
                        "io->out": "the output", "io->c": "the output"}
@@ -49,11 +63,21 @@ def _arg_namer(table):
     return name
 
 
+def op_code(what, op):
+    """The library's code of operation `op`; raises naming the operations otherwise."""
+    if not isinstance(op, str):
+        raise TypeError(f"{what}: op: {type(op).__name__}; want one of {', '.join(_lib.OPS)}")
+    if op not in _lib.OPS:
+        raise ValueError(f"{what}: op={op!r}: want one of {', '.join(_lib.OPS)}")
+    return _lib.OPS[op]
+
+
 def backend_names(op):
     """The library's backends of `op` ("ag_matmul", "all_reduce", "matmul_reduce_scatter",
     "matmul_all_reduce" or "all_reduce_rmsnorm"), in its order; "auto" is not one of them (it lets
     the library choose)."""
-    lib, code, names = _lib.lib(), _lib.OPS[op], []
+    code = op_code("backends", op)
+    lib, names = _lib.lib(), []
     while True:
         name = lib.agmm_backend_name(code, len(names))
         if not name:
@@ -61,21 +85,26 @@ def backend_names(op):
         names.append(name.decode())
 
 
-def backends_available(world_ptr, op):
-    """{backend of op: "" where the world runs it, else why not} (agmm_backend_available)."""
+def backends_available(world_ptr, op, what="backends"):
+    """{backend of op: "" where the world runs it, else why not} (agmm_backend_available). what:
+    the caller's name, for the error an unknown op is."""
     lib, out = _lib.lib(), {}
+    code = op_code(what, op)
     for name in backend_names(op):
         why = ctypes.create_string_buffer(256)
-        ok = lib.agmm_backend_available(world_ptr, _lib.OPS[op], name.encode(), why, len(why))
+        ok = lib.agmm_backend_available(world_ptr, code, name.encode(), why, len(why))
         out[name] = "" if ok else why.value.decode(errors="replace")
     return out
 
 
 def backend_summary(op, name):
     """The library's one line on backend `name` of `op`."""
-    s = _lib.lib().agmm_backend_summary(_lib.OPS[op], name.encode())
+    code = op_code("backend_summary", op)
+    if not isinstance(name, str):
+        raise TypeError(f"backend_summary: name: {type(name).__name__}; want one of {', '.join(backend_names(op))}")
+    s = _lib.lib().agmm_backend_summary(code, name.encode())
     if s is None:
-        raise ValueError(f"backend={name!r}: {op} has {', '.join(backend_names(op))}")
+        raise ValueError(f"backend_summary: backend={name!r}: {op} has {', '.join(backend_names(op))}")
     return s.decode()
 
 
@@ -89,11 +118,37 @@ def backend_key(op, backend):
     return backend
 
 
+def max_plans_arg(what, value):
+    """The bound of a rank's plan cache, checked where the world is made (before anything collective)."""
+    value = _lib.int_arg(what, "max_plans", value)
+    if not 1 <= value <= MAX_PLANS:
+        raise ValueError(f"{what}: max_plans: max_plans={value}: want 1..{MAX_PLANS} (the plans each rank keeps)")
+    return value
+
+
+def eps_arg(what, eps):
+    """eps as the library takes it (src/core/validate.c): > 0 and finite, and still so as the fp32
+    the norm runs in. Checked before the ranks compare it: a NaN differs even from itself."""
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+        raise TypeError(f"{what}: eps: {type(eps).__name__}; want a float > 0")
+    value = float(eps)
+    as_fp32 = ctypes.c_float(value).value        # the library's (float) cast
+    if not (value > 0 and 0 < as_fp32 <= FLT_MAX):
+        raise ValueError(f"{what}: eps: eps={value:g}: must be > 0 and finite, and stay so as fp32 "
+                         f"({FLT_TRUE_MIN:g} to {FLT_MAX:g}): the norm runs in fp32")
+    return value
+
+
+# Plan.input_place before the ranks have compared where a run's input is.
+_NOT_COMPARED = "not compared yet"
+
+
 class Plan:
     """A cached agmm_plan and what a run needs besides: its input buffer (and a view of it that
     the level made), and the io struct reused from call to call."""
 
-    __slots__ = ("ptr", "key", "backend", "input_ptr", "input_bytes", "io", "view", "last_stream", "pinned")
+    __slots__ = ("ptr", "key", "backend", "input_ptr", "input_bytes", "io", "view", "last_stream", "pinned",
+                 "input_place")
 
     def __init__(self, ptr, key, io):
         lib = _lib.lib()
@@ -104,43 +159,92 @@ class Plan:
         self.view = None          # the level's array/tensor over input_ptr, made on first copy-in
         self.pinned = False       # a CUDA graph captured a run of it: never evicted
         self.last_stream = None   # torch: the stream of the last run that read the input buffer
+        self.input_place = _NOT_COMPARED   # where the ranks last agreed the input lies (Context.input_in_place)
 
 
 class Context:
     """One rank. `exchange(obj) -> [obj of every rank]` is how this level talks to the other ranks
-    outside the library (None where it has no channel: then disagreement is not checked here)."""
+    (None where it has no channel: then disagreement is not checked here). After close() the
+    library's context is gone: `ptr` is None and live() raises."""
 
     def __init__(self, ptr, nranks, exchange=None, max_plans=16):
-        if not isinstance(max_plans, int) or max_plans < 1:
-            raise ValueError(f"max_plans={max_plans!r}: must be an int >= 1")
+        """max_plans: checked by the caller (max_plans_arg), before the world was made."""
         lib = _lib.lib()
         self.ptr = ptr
+        self.closed_why = ""
         self.rank = lib.agmm_ctx_rank(ptr)
         self.device = lib.agmm_ctx_device(ptr)
         self.nranks = nranks
         self.max_plans = max_plans
         self._exchange = exchange
         self._plans = OrderedDict()
-        self._symmetric = OrderedDict()      # base pointer -> bytes, in allocation order
+        self._symmetric = OrderedDict()      # base pointer -> (number, bytes), in allocation order
+        self._allocations = 0                # symmetric allocations made: the next one's number
         self.stats = {"runs": 0, "plans_created": 0, "plans_evicted": 0, "copies_in": 0, "bytes_copied_in": 0}
 
     # ---- errors and agreement ------------------------------------------------------------------
 
+    def live(self, what):
+        """Raises ValueError once the rank is closed (its library context freed)."""
+        if self.ptr is None:
+            raise ValueError(f"{what}: {self.closed_why}")
+
     def fail(self, status, what, arg=None):
         raise_status(status, _lib.text(_lib.lib().agmm_last_error(self.ptr)), what, arg)
+
+    def _exchange_all(self, key, what, step=1):
+        """Every rank's key: a tuple whose first `step` items name the step (an operation's plan,
+        memory, where a plan's input lies). Ranks at different steps (one hit the plan cache and
+        compares its input's place while another plans) raise ValueError, every one alike (they
+        compare what they received: the same on every rank)."""
+        try:
+            keys = self._exchange(key)
+        except _lib.Timeout as e:
+            raise _lib.Timeout(f"{what}: {e}", e.status, e.status_name, e.detail) from None
+        for i in range(step):
+            if any(k[i] != keys[0][i] for k in keys):
+                shown = ", ".join(f"rank {r}: {k[i]}" for r, k in enumerate(keys))
+                raise ValueError(f"{what}: the ranks are at different calls ({shown}); every rank of the world must "
+                                 "make the same calls in the same order")
+        return keys
 
     def agree(self, key, fields, what):
         """Raises ValueError, on every rank alike, when the ranks' keys differ: the first field
         that differs, with the ranks' values."""
         if self._exchange is None:
             return
-        keys = self._exchange(key)
+        keys = self._exchange_all(key, what)
         for i, field in enumerate(fields):
+            field, names = field if isinstance(field, tuple) else (field, {})
             values = [k[i] for k in keys]
             if any(v != values[0] for v in values):
-                shown = ", ".join(f"rank {r}: {v!r}" for r, v in enumerate(values))
+                shown = ", ".join(f"rank {r}: {names[v] if v in names else repr(v)}" for r, v in enumerate(values))
                 raise ValueError(f"{what}: the ranks disagree on {field} ({shown}); every rank of the world "
                                  "must make the same call")
+
+    def input_in_place(self, plan, ptr, what, arg):
+        """Whether a run of plan reads its input where it lies (ptr, in one of this rank's
+        symmetric allocations), else from the plan's own buffer, where the caller copies it.
+        include/agmm.h wants an input read in place at the same offset of the same allocation on
+        every rank: the ranks compare where theirs lies at a plan's first run and whenever it
+        moves, and raise ValueError on every rank when the places differ. A rank whose input moves
+        while the others' stay put is alone at the comparison: its exchange ends in a timeout (or
+        meets another call and says so), bounded either way; comparing at every run would cost a
+        host exchange per call."""
+        place = self._symmetric_place(ptr, plan.input_bytes)
+        if place != plan.input_place:
+            if self._exchange is not None:
+                keys = self._exchange_all((f"where {what}'s {arg} lies", plan.key, place), what, step=2)
+                places = [k[2] for k in keys]
+                if any(p != places[0] for p in places):
+                    shown = ", ".join(f"rank {r}: " + ("not in symmetric memory (copied)" if p is None else
+                                                         f"allocation #{p[0]} + {p[1]} bytes")
+                                      for r, p in enumerate(places))
+                    raise ValueError(f"{what}: {arg}: the ranks' inputs lie at different places ({shown}); an input "
+                                     "read in place must be at the same offset of the same symm_empty allocation on "
+                                     "every rank (include/agmm.h): use one offset on every rank, or pass copies")
+            plan.input_place = place
+        return place is not None
 
     # ---- plans ---------------------------------------------------------------------------------
 
@@ -158,14 +262,15 @@ class Context:
             plan.input_bytes = m * k * 2
         return plan
 
-    def all_reduce_plan(self, n, dtype, backend, capturing=None):
+    def all_reduce_plan(self, n, dtype, backend, capturing=None, what="all_reduce", tensor="the tensor"):
+        """what, tensor: the caller's names of the operation and its argument (numpy's all_reduce_, x)."""
         key = ("all_reduce", n, dtype, backend)
         plan = self._lookup(key, capturing)
         if plan is None:
-            self.agree(key, _ALL_REDUCE_FIELDS, "all_reduce")
+            self.agree(key, _ALL_REDUCE_FIELDS, what)
             desc = _lib.AllReduceDesc(n=n, dtype=dtype, backend=None if backend == "auto" else backend.encode())
             plan = self._create(key, _lib.lib().agmm_plan_all_reduce, desc, _lib.AllReduceIo(),
-                                "all_reduce", _ALL_REDUCE_ARGS)
+                                what, _all_reduce_args(tensor))
             plan.input_bytes = n * (4 if dtype == _lib.DTYPE_F32 else 2)
         return plan
 
@@ -246,12 +351,12 @@ class Context:
             self.fail(st, "ag_matmul", _arg_namer(_AG_MATMUL_ARGS))
         self.stats["runs"] += 1
 
-    def run_all_reduce(self, plan, out, input_ptr, stream):
+    def run_all_reduce(self, plan, out, input_ptr, stream, what="all_reduce", tensor="the tensor"):
         io = plan.io
         io.out, io.input = out, input_ptr
         st = _lib.lib().agmm_all_reduce(plan.ptr, ctypes.byref(io), stream)
         if st != _lib.SUCCESS:
-            self.fail(st, "all_reduce", _arg_namer(_ALL_REDUCE_ARGS))
+            self.fail(st, what, _arg_namer(_all_reduce_args(tensor)))
         self.stats["runs"] += 1
 
     def run_matmul_reduce(self, plan, a, b, out, stream):
@@ -293,14 +398,16 @@ class Context:
         st = _lib.lib().agmm_symmetric_alloc(self.ptr, nbytes, ctypes.byref(out))
         if st != _lib.SUCCESS:
             self.fail(st, what, "shape")
-        self._symmetric[out.value] = nbytes
+        # Allocations are collective, so the n-th is the same allocation on every rank.
+        self._symmetric[out.value] = (self._allocations, nbytes)
+        self._allocations += 1
         return out.value
 
     def symmetric_free(self, ptr, what):
         if ptr not in self._symmetric:
             raise ValueError(f"{what}: not memory that symm_empty returned on this rank (or already freed); "
                              "give the array/tensor symm_empty returned, not a view that starts elsewhere")
-        self.agree(("symmetric_free", self._symmetric[ptr]), ("op", "bytes"), what)
+        self.agree(("symmetric_free", self._symmetric[ptr][1]), ("op", "bytes"), what)
         del self._symmetric[ptr]
         _lib.lib().agmm_symmetric_free(self.ptr, ptr)
 
@@ -308,20 +415,26 @@ class Context:
         """Base pointers of this rank's symmetric allocations, in allocation order."""
         return list(self._symmetric)
 
-    def is_symmetric(self, ptr, nbytes):
-        """True when [ptr, ptr + nbytes) lies inside one of this rank's symmetric allocations."""
-        for base, size in self._symmetric.items():
+    def _symmetric_place(self, ptr, nbytes):
+        """(allocation number, byte offset) when [ptr, ptr + nbytes) lies inside one of this rank's
+        symmetric allocations, else None."""
+        for base, (number, size) in self._symmetric.items():
             if base <= ptr and ptr + nbytes <= base + size:
-                return True
-        return False
+                return number, ptr - base
+        return None
 
     # ---- the end ---------------------------------------------------------------------------------
 
-    def close(self):
+    def close(self, why):
         """Destroys every plan (least recently used first) and frees the symmetric memory still
-        allocated (in allocation order): collective, every rank does it in the same order."""
+        allocated (in allocation order): collective, every rank does it in the same order. The
+        library's context is the owner's to destroy (take `ptr` first); any later use of this
+        rank raises ValueError(why)."""
+        if self.ptr is None:
+            return
         lib = _lib.lib()
         while self._plans:
             self._destroy(self._plans.popitem(last=False)[1])
         while self._symmetric:
             lib.agmm_symmetric_free(self.ptr, self._symmetric.popitem(last=False)[0])
+        self.ptr, self.closed_why = None, why

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import math
+import numbers
+import operator
 import os
 import re
 import threading
@@ -24,6 +27,9 @@ from . import _deps
 ABI_MAJOR, ABI_MINOR = 0, 2
 UNIQUE_ID_BYTES = 256
 MAX_RANKS = 64
+MAX_TIMEOUT_S = 86400.0         # the longest wait for a peer a world allows (include/agmm.h)
+C_INT = (-2**31, 2**31 - 1)     # the ranges of the C types that Python ints are passed as
+C_INT64 = (-2**63, 2**63 - 1)
 
 SUCCESS, INVALID_ARG, UNSUPPORTED, NO_MEMORY, CUDA, NCCL, CUBLAS, TIMEOUT, VERSION, INTERNAL = range(10)
 OP_AG_MATMUL, OP_ALL_REDUCE, OP_MATMUL_REDUCE_SCATTER, OP_MATMUL_ALL_REDUCE, OP_ALL_REDUCE_RMSNORM = 0, 1, 2, 3, 4
@@ -48,8 +54,10 @@ class Error(RuntimeError):
     def __init__(self, message, status=INTERNAL, status_name="", detail=""):
         super().__init__(message)
         self.status = status
-        self.status_name = status_name
-        self.detail = detail
+        # An error this package raises itself (a peer that never reached the ranks' check) has no
+        # library detail: its status's name and its message stand in.
+        self.status_name = status_name or (status_str(status) if _loaded is not None else "")
+        self.detail = detail or message
 
 
 class Unsupported(Error):
@@ -211,14 +219,50 @@ _PROTOTYPES = {
 }
 
 
+# ---- arguments passed to C: ctypes keeps only the low bits of an int too large for its C type ----
+
+def int_arg(what, name, value, c_range=C_INT):
+    """value as a Python int that fits the C type whose range is c_range. bool and non-integers
+    (numpy's integers are integers) are a TypeError, values outside the range a ValueError."""
+    if isinstance(value, bool):
+        raise TypeError(f"{what}: {name}: bool; want an int")
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what}: {name}: {type(value).__name__}; want an int") from None
+    lo, hi = c_range
+    if not lo <= v <= hi:
+        ctype = "int" if c_range == C_INT else "int64_t"
+        raise ValueError(f"{what}: {name}: {name}={v} does not fit the library's {ctype} ({lo}..{hi})")
+    return v
+
+
+def timeout_arg(what, value):
+    """timeout_s as the library takes it: 0 (its default) or a finite number of seconds up to a day."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{what}: timeout_s: {type(value).__name__}; want a number of seconds")
+    v = float(value)
+    if not (math.isfinite(v) and 0 <= v <= MAX_TIMEOUT_S):
+        raise ValueError(f"{what}: timeout_s: timeout_s={value!r}: want 0 (the library's default: AGMM_TIMEOUT_S, "
+                         f"else 5 s) or a number of seconds up to {MAX_TIMEOUT_S:g}")
+    return v
+
+
 def reduce_scatter_rows(m, nranks, rank):
     """(first row, rows) of S that `rank` gets from matmul_reduce_scatter (the library's split:
     blocks of ceil(M/W) rows in rank order, the last ranks short or empty)."""
+    what = "reduce_scatter_rows"
+    m = int_arg(what, "M", m, C_INT64)
+    nranks = int_arg(what, "nranks", nranks)
+    rank = int_arg(what, "rank", rank)
+    if not 1 <= nranks <= MAX_RANKS:
+        raise ValueError(f"{what}: nranks: nranks={nranks}: want 1..{MAX_RANKS}")
+    if not 0 <= rank < nranks:
+        raise ValueError(f"{what}: rank: rank={rank}: want 0..{nranks - 1} (nranks={nranks})")
     first = ctypes.c_int64()
     rows = lib().agmm_matmul_reduce_scatter_rows(m, nranks, rank, ctypes.byref(first))
-    if rows < 0:
-        raise ValueError(f"reduce_scatter_rows: M={m}, nranks={nranks}, rank={rank}: want M >= 1 and "
-                         f"0 <= rank < nranks <= {MAX_RANKS}")
+    if rows < 0:    # nranks and rank are valid: the library refuses M (include/agmm.h has its range)
+        raise ValueError(f"{what}: M: M={m}: want 1..2^40 rows (the most a descriptor allows)")
     return first.value, rows
 
 

@@ -31,6 +31,7 @@ first).
 """
 import os
 import socket
+import sys
 import threading
 import warnings
 from datetime import timedelta
@@ -42,7 +43,7 @@ import torch                                  # noqa: E402  (after the environme
 import torch.distributed as dist              # noqa: E402
 
 from . import _dlpack, _lib                   # noqa: E402
-from ._core import Context, backend_key, backend_names, backends_available   # noqa: E402
+from ._core import Context, backend_key, backend_names, backends_available, eps_arg, max_plans_arg   # noqa: E402
 
 __all__ = ["init", "finalize", "is_initialized", "ag_matmul", "all_reduce_", "matmul_reduce_scatter",
            "matmul_all_reduce", "reduce_scatter_rows", "all_reduce_rmsnorm", "symm_empty", "symm_free", "stats",
@@ -152,8 +153,8 @@ def init(group=None, *, kind="auto", timeout_s=0.0, max_plans=32):
                                "world without one", _lib.UNSUPPORTED)
     if kind not in ("auto", "gpu", "emulated"):
         raise ValueError(f"agmm.torch.init: kind={kind!r}: want 'auto', 'gpu' or 'emulated'")
-    if not (isinstance(timeout_s, (int, float)) and timeout_s >= 0):
-        raise ValueError(f"agmm.torch.init: timeout_s={timeout_s!r}: want a number >= 0 (0: the library's default)")
+    timeout_s = _lib.timeout_arg("agmm.torch.init", timeout_s)
+    max_plans = max_plans_arg("agmm.torch.init", max_plans)
     group = group or dist.group.WORLD
     my_rank, nranks = dist.get_rank(group), dist.get_world_size(group)
     if my_rank < 0:
@@ -245,11 +246,11 @@ def finalize():
     if alive:
         warnings.warn(f"agmm.torch.finalize: {len(alive)} allocation(s) from symm_empty still have live tensors; "
                       "their memory is freed now, and those tensors must not be used again", stacklevel=2)
-    lib = _lib.lib()
+    lib, ctx_ptr = _lib.lib(), st.ctx.ptr
     try:
-        st.ctx.close()
+        st.ctx.close("agmm.torch.finalize() ended this rank")
     finally:
-        lib.agmm_ctx_destroy(st.ctx.ptr)
+        lib.agmm_ctx_destroy(ctx_ptr)
         lib.agmm_world_destroy(st.world)
         dist.destroy_process_group(st.exchange_group)
 
@@ -393,7 +394,7 @@ def _run_ag_matmul(a_shard, b, a_gathered, c, backend, splits):
     plan = ctx.ag_matmul_plan(m, n, k, layout, backend_key("ag_matmul", backend), splits,
                               capturing=_capturing("ag_matmul"))
     source = a_shard.data_ptr()
-    if not ctx.is_symmetric(source, plan.input_bytes):
+    if not ctx.input_in_place(plan, source, "ag_matmul", "a_shard"):
         _copy_in(st, plan, a_shard, (m, k), torch.bfloat16, stream)
         source = None
     ctx.run_ag_matmul(plan, b.data_ptr(), a_gathered.data_ptr(), c.data_ptr(), source, stream.cuda_stream)
@@ -410,7 +411,7 @@ def _run_all_reduce(t, backend):
     plan = ctx.all_reduce_plan(t.numel(), dtype, backend_key("all_reduce_", backend), capturing=_capturing("all_reduce_"))
     address = t.data_ptr()
     source = address
-    if not ctx.is_symmetric(address, plan.input_bytes):
+    if not ctx.input_in_place(plan, address, "all_reduce_", "t"):
         _copy_in(st, plan, t, (t.numel(),), t.dtype, stream)
         source = None
     ctx.run_all_reduce(plan, address, source, stream.cuda_stream)
@@ -451,7 +452,7 @@ def _run_all_reduce_rmsnorm(x, gamma, bias, residual, eps, backend, y, residual_
     plan = ctx.all_reduce_rmsnorm_plan(tokens, hidden, eps, backend_key("all_reduce_rmsnorm", backend),
                                        capturing=_capturing("all_reduce_rmsnorm"))
     source = x.data_ptr()
-    if not ctx.is_symmetric(source, plan.input_bytes):
+    if not ctx.input_in_place(plan, source, "all_reduce_rmsnorm", "x"):
         _copy_in(st, plan, x, (tokens * hidden,), torch.bfloat16, stream)
         source = None
     ctx.run_all_reduce_rmsnorm(plan, y.data_ptr(), residual_out.data_ptr(), gamma.data_ptr(),
@@ -563,8 +564,7 @@ def ag_matmul(a_shard, b, *, backend="auto", splits=0, out=None):
     _need_tensor("ag_matmul", "a_shard", a_shard)
     _need_tensor("ag_matmul", "b", b)
     _need_backend("ag_matmul", backend)
-    if not isinstance(splits, int):
-        raise TypeError(f"agmm.torch.ag_matmul: splits: {type(splits).__name__}; want an int")
+    splits = _lib.int_arg("agmm.torch.ag_matmul", "splits", splits)
     if out is None:
         return torch.ops.agmm.ag_matmul(a_shard, b, backend, splits)
     if not isinstance(out, (tuple, list)) or len(out) != 2:
@@ -629,9 +629,8 @@ def all_reduce_rmsnorm(x, gamma, *, bias=None, residual=None, eps=1e-6, backend=
         if t is not None:
             _need_tensor(what, name, t)
     _need_backend(what, backend)
-    if not isinstance(eps, (int, float)) or isinstance(eps, bool):
-        raise TypeError(f"agmm.torch.{what}: eps: {type(eps).__name__}; want a float > 0")
-    return torch.ops.agmm.all_reduce_rmsnorm(x, gamma, bias, residual, float(eps), backend)
+    eps = eps_arg(f"agmm.torch.{what}", eps)
+    return torch.ops.agmm.all_reduce_rmsnorm(x, gamma, bias, residual, eps, backend)
 
 
 def symm_empty(shape, dtype=torch.bfloat16):
@@ -641,17 +640,21 @@ def symm_empty(shape, dtype=torch.bfloat16):
     until symm_free(tensor) or finalize(), whichever comes first; the tensor (and its views) must
     not be used after that."""
     st = _current()
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    if not all(isinstance(d, int) and d >= 0 for d in shape):
-        raise ValueError(f"agmm.torch.symm_empty: shape: {shape}; want non-negative ints")
+    what = "agmm.torch.symm_empty"
+    shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+    shape = tuple(_lib.int_arg(what, "shape", d, _lib.C_INT64) for d in shape)
+    if any(d < 0 for d in shape):
+        raise ValueError(f"{what}: shape: {shape}; want non-negative sizes")
     if not isinstance(dtype, torch.dtype):
-        raise TypeError(f"agmm.torch.symm_empty: dtype: {dtype!r}; want a torch.dtype")
+        raise TypeError(f"{what}: dtype: {dtype!r}; want a torch.dtype")
     numel = 1
     for d in shape:
         numel *= d
-    nbytes = numel * torch.empty((), dtype=dtype).element_size()
+    nbytes = numel * torch.empty((), dtype=dtype).element_size()     # Python ints: exact, checked below
     if nbytes == 0:
-        raise ValueError(f"agmm.torch.symm_empty: shape: {shape} holds no bytes")
+        raise ValueError(f"{what}: shape: {shape} holds no bytes")
+    if nbytes > sys.maxsize:
+        raise ValueError(f"{what}: shape: {shape} of {dtype} is {nbytes} bytes; a tensor holds at most {sys.maxsize}")
     ptr = st.ctx.symmetric_alloc(nbytes, "agmm.torch.symm_empty")
     return _dlpack.tensor(torch, ptr, shape, dtype, st.device)
 

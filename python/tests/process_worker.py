@@ -59,6 +59,29 @@ def main():
                     np.testing.assert_array_equal(got, np.sum(vectors, axis=0), err_msg=backend)
                 me.symm_free(s)
                 checked += 1
+        # The processes compare their calls through the library: a symmetric input at another
+        # offset on each rank (read in place, it would be a silent wrong sum) is refused on every
+        # rank, and so is a different size; the ranks stay in step after both.
+        vectors = [rng.standard_normal(8).astype(np.float32) for _ in range(w)]
+        s = me.symm_empty(8 * w, np.float32)
+        s[8 * r:8 * r + 8] = vectors[r]
+        for call, said in ((lambda: me.all_reduce_(s[8 * r:8 * r + 8]), "x: the ranks' inputs lie at different places"),
+                           (lambda: me.all_reduce_(np.ones(9 + r, np.float32)), "disagree on number of elements")):
+            try:
+                call()
+                raise AssertionError(f"not refused: {said}")
+            except ValueError as e:
+                assert said in str(e), str(e)
+        s[:8] = vectors[r]
+        me.all_reduce_(s[:8])
+        np.testing.assert_allclose(s[:8], np.sum(vectors, axis=0), rtol=1e-6)
+        me.symm_free(s)
+        checked += 1
+    try:
+        me.all_reduce_(np.ones(8, np.float32))
+        raise AssertionError("a closed rank ran an all_reduce_")
+    except ValueError as e:
+        assert "this rank is closed" in str(e), str(e)
     print(f"OK rank {r} of {w}: {checked} cases")
     return 0
 

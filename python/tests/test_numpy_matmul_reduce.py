@@ -104,6 +104,24 @@ def test_row_split():
         anp.reduce_scatter_rows(8, 4, 4)
 
 
+def test_row_split_arguments_are_checked_before_c():
+    """ctypes would keep the low 32 bits of nranks (2**32 + 2 -> 2) and refuse a float with its own
+    ArgumentError; each is an error naming the function and the argument."""
+    cases = [((10, 2**32 + 2, 1), ValueError, r"reduce_scatter_rows: nranks: nranks=4294967298 does not fit"),
+             ((10, 2, 2**32), ValueError, r"reduce_scatter_rows: rank: rank=4294967296 does not fit"),
+             ((2**64, 2, 1), ValueError, r"reduce_scatter_rows: M: M=18446744073709551616 does not fit"),
+             ((10.5, 2, 1), TypeError, r"reduce_scatter_rows: M: float; want an int"),
+             ((10, True, 0), TypeError, r"reduce_scatter_rows: nranks: bool"),
+             ((0, 2, 0), ValueError, r"reduce_scatter_rows: M: M=0"),
+             ((2**41, 2, 0), ValueError, r"reduce_scatter_rows: M: M=2199023255552"),
+             ((10, 65, 0), ValueError, r"reduce_scatter_rows: nranks: nranks=65"),
+             ((10, 2, -1), ValueError, r"reduce_scatter_rows: rank: rank=-1")]
+    for args, exc, match in cases:
+        with pytest.raises(exc, match=match):
+            anp.reduce_scatter_rows(*args)
+    assert anp.reduce_scatter_rows(np.int64(10), np.int32(4), np.uint8(3)) == (9, 1)
+
+
 def test_errors_name_the_argument():
     a, b = np.zeros((8, 12), np.uint16), np.zeros((12, 8), np.uint16)
 
@@ -114,7 +132,12 @@ def test_errors_name_the_argument():
                      lambda: rank.matmul_all_reduce(np.zeros((8, 16), np.uint16), np.zeros((16, 8), np.uint16),
                                                     out=np.zeros((4, 8), np.uint16)),
                      lambda: rank.matmul_reduce_scatter(np.zeros((8, 16), np.uint16), np.zeros((16, 8), np.uint16),
-                                                        backend="two_shot")):
+                                                        backend="two_shot"),
+                     lambda: rank.matmul_reduce_scatter(np.zeros((8, 16), np.uint16), np.zeros((16, 8), np.uint16),
+                                                        out=np.zeros((4, 8), np.float32)),
+                     lambda: rank.matmul_all_reduce(np.zeros((8, 16), np.uint16), np.zeros((16, 8), np.uint16),
+                                                    out=np.zeros((8, 8), np.float32)),
+                     lambda: rank.matmul_reduce_scatter(np.zeros((0, 16), np.uint16), np.zeros((16, 8), np.uint16))):
             try:
                 call()
                 msgs.append("no error")
@@ -126,5 +149,10 @@ def test_errors_name_the_argument():
         msgs = world.run(step)[0]
     assert msgs[0].startswith("ValueError: matmul_reduce_scatter: a and b (K): K=12 is not a positive multiple of 8"), msgs[0]
     assert msgs[1].startswith("TypeError: matmul_all_reduce: a: dtype float32"), msgs[1]
-    assert msgs[2].startswith("ValueError: matmul_all_reduce: out: uint16 array of shape (4, 8); want uint16 (8, 8)"), msgs[2]
+    assert msgs[2].startswith("ValueError: matmul_all_reduce: out: shape (4, 8); want (8, 8)"), msgs[2]
     assert "backend: backend=two_shot: matmul_reduce_scatter takes auto, nccl, ce, one_shot or fused" in msgs[3], msgs[3]
+    # A wrong dtype is a TypeError, as everywhere (ag_matmul's out too).
+    assert msgs[4].startswith("TypeError: matmul_reduce_scatter: out: dtype float32; want uint16"), msgs[4]
+    assert msgs[5].startswith("TypeError: matmul_all_reduce: out: dtype float32; want uint16"), msgs[5]
+    # M = 0 is the operation's error about a, not the row split's.
+    assert msgs[6].startswith("ValueError: matmul_reduce_scatter: a: shape (0, 16); want M >= 1 rows"), msgs[6]
