@@ -505,14 +505,23 @@ static agmm_status step_rank(agmm_ctx *ctx, void *arg)
     return AGMM_SUCCESS;
 }
 
-void test_validate_host_collective_order(void)
+/* Runs fn on a CPU world of 2 ranks with a short timeout: 1, res filled; 0 without a world. */
+static int run_out_of_step(agmm_rank_fn fn, step_result res[2])
 {
     agmm_world *world = test_cpu_world(2, 0.3);
     if (world == NULL)
-        return;
-    step_result res[2] = {0};
-    agmm_world_run(world, step_rank, res);
+        return 0;
+    memset(res, 0, 2 * sizeof *res);
+    agmm_world_run(world, fn, res);
     agmm_world_destroy(world);
+    return 1;
+}
+
+void test_validate_host_collective_order(void)
+{
+    step_result res[2];
+    if (!run_out_of_step(step_rank, res))
+        return;
     agmm_check(res[1].st == AGMM_ERR_INTERNAL && strstr(res[1].msg, "out of step") &&
                    res[0].st != AGMM_SUCCESS,
                "host collectives W=2, rank 0 repeats a barrier: rank 1's exchange -> %s (\"%s\"); rank 0's -> %s "
@@ -540,12 +549,9 @@ static agmm_status other_call_rank(agmm_ctx *ctx, void *arg)
 
 void test_validate_host_other_call(void)
 {
-    agmm_world *world = test_cpu_world(2, 0.3);
-    if (world == NULL)
+    step_result res[2];
+    if (!run_out_of_step(other_call_rank, res))
         return;
-    step_result res[2] = {0};
-    agmm_world_run(world, other_call_rank, res);
-    agmm_world_destroy(world);
     agmm_check(res[0].st != AGMM_SUCCESS && res[1].st != AGMM_SUCCESS && strstr(res[0].msg, "out of step") &&
                    strstr(res[1].msg, "out of step"),
                "host collectives W=2, rank 0 plans while rank 1 allocates symmetric memory: %s (\"%s\") and %s "
