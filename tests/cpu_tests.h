@@ -82,6 +82,7 @@ void test_fault_matrix(void);
 /* test_busy.c: busy spells (agmm_ctx_busy_begin) in a world of threads. */
 void test_busy_threads(void);
 void test_busy_misuse(void);
+void test_busy_left_open(void);
 
 /* test_steps.c: steps back to back, a rank slowed at random, inputs overwritten at once. */
 void test_steps_back_to_back(void);

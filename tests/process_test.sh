@@ -190,6 +190,19 @@ finish
 [ "${RC[0]}${RC[1]}" = 00 ] && grep -q "(8, 8, 8)" "$OUT.0.out"
 ok=$?
 check "AGMM_JOB_ID names the job where the launcher does not (exit ${RC[*]})" $ok
+long_id=$(printf 'j%.0s' $(seq 300))
+env RANK=0 WORLD_SIZE=1 AGMM_JOB_ID="$long_id" "$bench" --world cpu --shape 8,8,8 --check >"$tmp/v.out" 2>"$tmp/v.err"
+rc=$?
+grep -q "AGMM_JOB_ID is 300 characters: at most" "$tmp/v.err" && [ $rc -eq 2 ]
+ok=$?
+check "an AGMM_JOB_ID too long for a job's identity: exit 2 saying so, not cut (two jobs could meet as one) (got $rc: \"$(head -c 160 "$tmp/v.err")\")" $ok
+# A world of one process is a process world: an injected exit ends the process with status 3.
+env RANK=0 WORLD_SIZE=1 AGMM_JOB_ID="$ID-one" AGMM_FAULT=rank=0,at=run,action=exit "$bench" --world cpu \
+    --shape 8,8,8 --check >"$tmp/v.out" 2>"$tmp/v.err"
+rc=$?
+[ $rc -eq 3 ]
+ok=$?
+check "AGMM_FAULT action=exit at run in a joined world of one process: exit 3 (got $rc)" $ok
 
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

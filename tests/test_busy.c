@@ -131,3 +131,49 @@ void test_busy_misuse(void)
                    agmm_ctx_busy_end(NULL) == AGMM_ERR_INVALID_ARG,
                "busy: a NULL context is refused (AGMM_ERR_INVALID_ARG)");
 }
+
+/* A spell left open ends with its context: rank 0 opens one and returns from its run (agmm_world_run
+ * destroys the contexts); in the next run of the same world it stays away for a second, and its
+ * peers' barrier must time out within the timeout, not wait for a spell nobody can end. */
+typedef struct {
+    int run;                   /* 0: leave a spell open; 1: stay away, then meet */
+    agmm_status st[W];
+    double took_s[W];
+} left_open_job;
+
+static agmm_status left_open_rank(agmm_ctx *ctx, void *arg)
+{
+    left_open_job *j = arg;
+    const int rank = agmm_ctx_rank(ctx);
+    if (j->run == 0) {
+        if (rank == 0)
+            agmm_ctx_busy_begin(ctx, "a spell its context does not end");
+        return AGMM_SUCCESS;
+    }
+    const double t0 = now_s();
+    if (rank == 0)
+        sleep_s(1.0);
+    j->st[rank] = agmm_host_barrier(ctx);
+    j->took_s[rank] = now_s() - t0;
+    return AGMM_SUCCESS;
+}
+
+void test_busy_left_open(void)
+{
+    agmm_world *w = NULL;
+    agmm_world_config cfg = {.kind = AGMM_WORLD_CPU, .nranks = W, .timeout_s = TIMEOUT_S};
+    if (agmm_world_create(&w, &cfg, NULL, 0) != AGMM_SUCCESS) {
+        agmm_check(0, "busy: world creation failed");
+        return;
+    }
+    left_open_job j;
+    memset(&j, 0, sizeof j);
+    agmm_world_run(w, left_open_rank, &j);
+    j.run = 1;
+    agmm_world_run(w, left_open_rank, &j);
+    agmm_world_destroy(w);
+    agmm_check(j.st[1] == AGMM_ERR_TIMEOUT && j.took_s[1] < 0.9,
+               "busy: a spell left open when its context ends is over: in the next run a peer of the rank that "
+               "stays away 1 s times out after %.2f s (timeout %.1f s): %s",
+               j.took_s[1], TIMEOUT_S, agmm_status_str(j.st[1]));
+}

@@ -60,6 +60,7 @@ static const agmm_test_case cases[] = {
     {"fault/matrix", test_fault_matrix},
     {"busy/threads", test_busy_threads},
     {"busy/misuse", test_busy_misuse},
+    {"busy/left_open", test_busy_left_open},
     {"steps/back_to_back", test_steps_back_to_back},
     {"leaks/plan_cycles", test_leaks_plan_cycles},
     {"leaks/world_cycles", test_leaks_world_cycles},

@@ -13,6 +13,7 @@
  *   op types         every operation's type has all that auto needs: its key ends in the
  *                    operation's description, its scratch buffers have the io's sizes
  * Every test sets AGMM_TUNE and AGMM_TUNE_CACHE itself (a private directory) and unsets them. */
+#include <ftw.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,8 +28,17 @@
 
 #define MAX_W 4
 
-/* A private directory for cache files, and the path of `name` in it. */
+/* A private directory for cache files (removed with its files at exit), and the path of `name` in
+ * it. */
 static char tmp_dir[64];
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)remove(path); /* best effort: what cannot go stays */
+    return 0;
+}
+
+static void remove_tmp_dir(void) { nftw(tmp_dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS); }
 
 static const char *tmp_path(const char *name, char *buf, size_t len)
 {
@@ -36,6 +46,8 @@ static const char *tmp_path(const char *name, char *buf, size_t len)
         snprintf(tmp_dir, sizeof tmp_dir, "/tmp/agmm-tune-XXXXXX");
         if (mkdtemp(tmp_dir) == NULL)
             tmp_dir[0] = '\0';
+        else
+            atexit(remove_tmp_dir);
     }
     snprintf(buf, len, "%s/%s", tmp_dir, name);
     return buf;

@@ -9,10 +9,9 @@
 agmm_status agmm_api_fault_point(agmm_ctx *ctx, const agmm_fault *f, agmm_fault_at at, uint64_t occurrence)
 {
     const agmm_rank_info *ri = agmm_ctx_info(ctx);
-    const agmm_world *w = agmm_ctx_world(ctx);
+    /* A joined world of one process is a process world too: its faults exit the process. */
     agmm_fault_site site = {.rank = ri->rank, .nranks = ri->nranks, .timeout_s = ri->timeout_s,
-                            .process_world = agmm_world_local_ranks(w) < agmm_world_nranks(w),
-                            .occurrence = occurrence};
+                            .process_world = ri->processes, .occurrence = occurrence};
     return agmm_fault_point(f, at, &site, agmm_ctx_err(ctx));
 }
 

@@ -51,7 +51,7 @@ typedef enum {
       "GPU tests have passed on a GPU), force wherever it applies (tests, measurement)")                              \
     X(FAULT, AGMM_KNOB_TEXT, "none", "rank=R,at=POINT,action=ACTION[,ms=N]", 0, 0,                                    \
       "injects a fault into one rank, for tests (README, \"Fault injection\")")                                       \
-    X(JOB_ID, AGMM_KNOB_TEXT, "the launcher's job", "any text", 0, 0,                                                 \
+    X(JOB_ID, AGMM_KNOB_TEXT, "the launcher's job", "text of at most 243 bytes", 0, 0,                               \
       "names a job of processes: equal in its processes, different between jobs on a host (docs/processes.md)")      \
     X(HOSTNAME, AGMM_KNOB_TEXT, "gethostname()", "a name", 0, 0,                                                      \
       "this process's host as a process world compares them (tests make one host look like several)")                \

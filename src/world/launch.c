@@ -49,30 +49,50 @@ static const launcher_vars launchers[] = {
 };
 
 /* The job's identity as the launcher states it: equal in every process of one job and different
- * between jobs running at the same time on a host. "" when the launcher gives none. */
-static void job_identity(const launcher_vars *l, char *job, size_t len)
+ * between jobs running at the same time on a host. "" when the launcher gives none. Returns the
+ * length it needed (>= len: cut, and two jobs could then share it). */
+static int job_identity(const launcher_vars *l, char *job, size_t len)
 {
     job[0] = '\0';
+    int n = 0;
     if (strcmp(l->launcher, "torchrun") == 0) {
         /* The rendezvous address is unique among live jobs on a host (torchrun's store listens
          * there); the run id and restart count tell restarts apart. */
         if (getenv("MASTER_PORT") || getenv("TORCHELASTIC_RUN_ID"))
-            snprintf(job, len, "torchrun/%s:%s/%s/%s", env_or("MASTER_ADDR", ""), env_or("MASTER_PORT", ""),
+            n = snprintf(job, len, "torchrun/%s:%s/%s/%s", env_or("MASTER_ADDR", ""), env_or("MASTER_PORT", ""),
                      env_or("TORCHELASTIC_RUN_ID", ""), env_or("TORCHELASTIC_RESTART_COUNT", ""));
     } else if (strcmp(l->launcher, "Open MPI") == 0) {
         const char *ns = env_or("PMIX_NAMESPACE", env_or("OMPI_MCA_ess_base_jobid", getenv("OMPI_MCA_orte_ess_jobid")));
         if (ns)
-            snprintf(job, len, "ompi/%s", ns);
+            n = snprintf(job, len, "ompi/%s", ns);
     } else if (strcmp(l->launcher, "MPICH") == 0) {
         /* Hydra names no job; its proxy is the parent of every rank it starts on a host. */
         const char *ns = env_or("PMIX_NAMESPACE", getenv("PMI_KVSNAME"));
         if (ns)
-            snprintf(job, len, "mpich/%s", ns);
+            n = snprintf(job, len, "mpich/%s", ns);
         else
-            snprintf(job, len, "mpich/parent-%ld", (long)getppid());
+            n = snprintf(job, len, "mpich/parent-%ld", (long)getppid());
     } else if (getenv("SLURM_JOB_ID")) {
-        snprintf(job, len, "slurm/%s.%s", getenv("SLURM_JOB_ID"), env_or("SLURM_STEP_ID", env_or("SLURM_STEPID", "")));
+        n = snprintf(job, len, "slurm/%s.%s", getenv("SLURM_JOB_ID"), env_or("SLURM_STEP_ID", env_or("SLURM_STEPID", "")));
     }
+    return n;
+}
+
+/* knobs.h's AGMM_JOB_ID entry states this bound in words. */
+_Static_assert(sizeof((agmm_launch_env *)0)->job - sizeof "AGMM_JOB_ID/" == 243,
+               "AGMM_JOB_ID's bound in knobs.h says 243 bytes");
+
+agmm_status agmm_launch_job_id(char *job, size_t len, agmm_error *err)
+{
+    agmm_knob_value v;
+    agmm_knob_read(AGMM_KNOB_JOB_ID, &v, err); /* text: any value is allowed */
+    job[0] = '\0';
+    if (v.text && *v.text && (size_t)snprintf(job, len, "AGMM_JOB_ID/%s", v.text) >= len)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
+                         "AGMM_JOB_ID is %zu characters: at most %zu (a longer one would be cut, and two jobs "
+                         "could then meet as one)",
+                         strlen(v.text), len - 1 - strlen("AGMM_JOB_ID/"));
+    return AGMM_SUCCESS;
 }
 
 agmm_status agmm_launch_env_read(agmm_launch_env *e, agmm_error *err)
@@ -109,12 +129,14 @@ agmm_status agmm_launch_env_read(agmm_launch_env *e, agmm_error *err)
         e->local_nranks = nodes == 1 ? e->nranks : 0;
     e->multi_host = e->local_nranks >= 0 && e->local_nranks < e->nranks;
 
-    agmm_knob_value job;
-    agmm_knob_read(AGMM_KNOB_JOB_ID, &job, err); /* text: any value is allowed */
-    if (job.text && *job.text)
-        snprintf(e->job, sizeof e->job, "AGMM_JOB_ID/%s", job.text);
-    else
-        job_identity(l, e->job, sizeof e->job);
+    agmm_status st = agmm_launch_job_id(e->job, sizeof e->job, err);
+    if (st != AGMM_SUCCESS)
+        return st;
+    if (e->job[0] == '\0' && (size_t)job_identity(l, e->job, sizeof e->job) >= sizeof e->job)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
+                         "%s's job identity (\"%.40s...\") is longer than %zu characters: set a shorter AGMM_JOB_ID "
+                         "in every process",
+                         l->launcher, e->job, sizeof e->job - 1);
     snprintf(e->source, sizeof e->source, "%s (%s=%d, %s=%d)", l->launcher, l->rank, e->rank, l->size, e->nranks);
 
     /* Where NCCL may start its bootstrap when ranks span hosts and no id is passed: the

@@ -24,4 +24,8 @@ agmm_status agmm_launch_env_read(agmm_launch_env *env, agmm_error *err);
  * launcher's rank or world-size variable is set. */
 int agmm_launch_env_rank(void);
 
+/* AGMM_JOB_ID as a job's identity ("AGMM_JOB_ID/<text>") in job (len bytes), "" where it is unset;
+ * AGMM_ERR_INVALID_ARG where it would not fit (cut, two jobs could share it). */
+agmm_status agmm_launch_job_id(char *job, size_t len, agmm_error *err);
+
 #endif

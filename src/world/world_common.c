@@ -368,6 +368,10 @@ void agmm_rank_destroy(agmm_ctx *ctx)
 {
     if (ctx == NULL)
         return;
+    /* A spell left open ends with its context: the busy mark lives in the world, which outlives
+     * it, and no later context could end it (peers would wait for this rank without a bound). */
+    if (ctx->busy_depth > 0 && ctx->world->host->busy)
+        ctx->world->host->busy(ctx, 0, NULL);
     if (ctx->gpu)
         agmm_gpu_rank_destroy(ctx);
     free(ctx);

@@ -176,10 +176,9 @@ static agmm_status plan_join(const agmm_join_config *c, join_plan *p, agmm_error
         who->rank = c->rank;
         who->nranks = c->nranks;
         p->multi_host = c->multi_host;
-        agmm_knob_value job;
-        agmm_knob_read(AGMM_KNOB_JOB_ID, &job, err); /* text: any value is allowed */
-        if (job.text && *job.text)
-            snprintf(who->job, sizeof who->job, "AGMM_JOB_ID/%s", job.text);
+        const agmm_status job_ok = agmm_launch_job_id(who->job, sizeof who->job, err);
+        if (job_ok != AGMM_SUCCESS)
+            return job_ok;
         snprintf(who->source, sizeof who->source, "rank=%d, nranks=%d", c->rank, c->nranks);
         if (getenv("NCCL_COMM_ID"))
             snprintf(p->nccl_comm_id, sizeof p->nccl_comm_id, "%s", getenv("NCCL_COMM_ID"));
