@@ -58,3 +58,52 @@ def test_process_world_from_an_explicit_unique_id(seed):
     except agmm.Unsupported as e:
         pytest.skip(f"SKIPPED LOUDLY: agmm_unique_id_create answers UNSUPPORTED in this libagmm: {e}")
     launch(2, seed, uid)
+
+
+# Rank 1 forks a child that outlives it (as a data loader's worker would), then dies by SIGKILL.
+# The child lets go of the world's descriptors at once (pthread_atfork in libagmm), so rank 0's next
+# host collective must find rank 1 gone within a fraction of its 20 s timeout, naming its exit.
+FORK_WORKER = r"""
+import os, signal, sys, time
+import numpy as np
+import agmm, agmm.numpy as anp
+rank = anp.join(timeout_s=20)
+rank.all_reduce_(np.ones(8, np.float32))
+if rank.rank == 1:
+    if os.fork() == 0:
+        time.sleep(30)
+        os._exit(0)
+    os.kill(os.getpid(), signal.SIGKILL)
+t0 = time.monotonic()
+try:
+    rank.symm_empty(64, np.float32)   # a host collective: it watches the peers' liveness locks
+    print("NO ERROR")
+except agmm.Error as e:
+    print(f"ERROR after {time.monotonic() - t0:.2f} s: {e}")
+sys.stdout.flush()
+os._exit(0)
+"""
+
+
+def test_process_world_a_forked_child_does_not_keep_a_dead_rank_alive():
+    port = free_port()
+    package = os.path.dirname(os.path.dirname(agmm.__file__))
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), PYTHONPATH=package)
+        procs.append(subprocess.Popen([sys.executable, "-c", FORK_WORKER], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True, start_new_session=True))
+    try:
+        out = procs[0].communicate(timeout=60)[0]
+        procs[1].wait(timeout=60)
+    finally:
+        for p in procs:
+            p.kill()
+            try:
+                os.killpg(p.pid, 9)           # the forked child, in rank 1's session
+            except ProcessLookupError:
+                pass
+    assert "ERROR after" in out and "has exited" in out, out
+    took = float(out.split("ERROR after ")[1].split(" s")[0])
+    assert took < 5, f"rank 0 noticed rank 1's death only after {took} s (its timeout: 20 s):\n{out}"

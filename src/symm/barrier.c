@@ -13,6 +13,9 @@ agmm_status agmm_symm_barrier_stream(agmm_ctx *ctx, void *stream)
 }
 #endif
 
+/* How often a barrier's wait asks whether the peer it waits for died. */
+#define GONE_CHECK_S 0.05
+
 /* Records the timeout of a barrier: the first peer that never arrived (at slot `first`, last
  * seen at `seen`) and any later one still missing. */
 static agmm_status barrier_timeout(agmm_ctx *ctx, const char *what, uint32_t epoch, int first, uint32_t seen)
@@ -46,14 +49,27 @@ agmm_status agmm_symm_barrier_host(agmm_ctx *ctx, const char *what)
 
     /* Wait: every slot of my pad. A peer already in a later barrier has written a later epoch,
      * which also counts ("reached" is >=). Peers are waited for in turn, each with what is left
-     * of the timeout, so the whole barrier is bounded by it. */
+     * of the timeout, so the whole barrier is bounded by it; in slices, between which a peer the
+     * world knows to have died (a process world's liveness lock) ends the wait at once. */
     const uint32_t *mine = pad->local;
     int64_t deadline = agmm_cpu_now_ns() + (int64_t)(ri->timeout_s * 1e9);
     for (int p = 0; p < nranks; p++) {
-        double left = (double)(deadline - agmm_cpu_now_ns()) * 1e-9;
         uint32_t seen = 0;
-        if (!agmm_cpu_flag_wait(mine + p, epoch, left > 0 ? left : 0, &seen))
-            return barrier_timeout(ctx, what, epoch, p, seen);
+        for (;;) {
+            double left = (double)(deadline - agmm_cpu_now_ns()) * 1e-9;
+            const double slice = left < GONE_CHECK_S ? left : GONE_CHECK_S;
+            if (agmm_cpu_flag_wait(mine + p, epoch, slice > 0 ? slice : 0, &seen))
+                break;
+            char why[160];
+            if (left <= GONE_CHECK_S)
+                return barrier_timeout(ctx, what, epoch, p, seen);
+            /* The caller's agmm_world_note_gone appends why, as after a timeout. */
+            if (agmm_world_peer_gone(ctx, p, why, sizeof why))
+                return AGMM_FAIL(agmm_ctx_err(ctx), AGMM_ERR_TIMEOUT,
+                                 "rank %d: %s (barrier epoch %u) ended early: rank %d never arrived (its slot reads "
+                                 "%u)",
+                                 ri->rank, what, epoch, p, seen);
+        }
     }
     return AGMM_SUCCESS;
 }

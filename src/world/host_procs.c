@@ -34,10 +34,17 @@
  * descriptor (SCM_RIGHTS) with the exchange's tag, then accepts one message from each peer. The
  * kernel holds a sent message until it is accepted, so nobody waits for a receiver. A peer one
  * exchange ahead may already have sent the next one's: it is kept until then. Connections from
- * another user are refused (SO_PEERCRED). */
+ * another user are refused (SO_PEERCRED).
+ *
+ * fork(). A child forked without exec (a data loader's workers) would inherit the segment's open
+ * file description (through its descriptor and its mapping), and with it the liveness lock, and
+ * the listening socket: a rank that died would look alive to its peers until the timeout, and its
+ * name would outlive the job. The child unmaps and closes them at once (pthread_atfork); it is no
+ * rank of the world and must not use it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -89,7 +96,7 @@ typedef struct {
     int32_t has_fd;     /* 0: the sender's own part failed, no descriptor */
 } fd_msg;
 
-typedef struct {
+typedef struct procs_state {
     ctl_segment *ctl;
     int ctl_fd;                /* this process's own open of the segment: it holds the lock */
     int liveness;              /* 1 if locks tell who is alive */
@@ -102,7 +109,60 @@ typedef struct {
         int fd;
         int present;
     } early[AGMM_MAX_RANKS];   /* a peer's descriptor sent for a later exchange */
+    struct procs_state *next_live; /* the process's live worlds (forked, below) */
 } procs_state;
+
+/* ---- fork(): the child lets go of every world's descriptors (the header says why) ---- */
+
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+static procs_state *live_states;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void fork_prepare(void) { pthread_mutex_lock(&live_mu); }
+static void fork_parent(void) { pthread_mutex_unlock(&live_mu); }
+
+/* In the child, the one thread left; live_mu is held since fork_prepare. */
+static void fork_child(void)
+{
+    for (procs_state *ps = live_states; ps; ps = ps->next_live) {
+        /* The mapping holds the segment's open file description too, and with it the lock. */
+        if (ps->ctl != NULL)
+            munmap(ps->ctl, sizeof *ps->ctl);
+        ps->ctl = NULL;
+        if (ps->ctl_fd >= 0)
+            close(ps->ctl_fd);
+        if (ps->listen_fd >= 0)
+            close(ps->listen_fd);
+        for (int p = 0; p < AGMM_MAX_RANKS; p++)
+            if (ps->early[p].present)
+                close(ps->early[p].fd);
+        ps->ctl_fd = ps->listen_fd = -1;
+        memset(ps->early, 0, sizeof ps->early);
+    }
+    pthread_mutex_unlock(&live_mu);
+}
+
+static void atfork_register(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
+
+static void live_add(procs_state *ps)
+{
+    pthread_once(&atfork_once, atfork_register);
+    pthread_mutex_lock(&live_mu);
+    ps->next_live = live_states;
+    live_states = ps;
+    pthread_mutex_unlock(&live_mu);
+}
+
+static void live_remove(procs_state *ps)
+{
+    pthread_mutex_lock(&live_mu);
+    procs_state **at = &live_states;
+    while (*at && *at != ps)
+        at = &(*at)->next_live;
+    if (*at)
+        *at = ps->next_live;
+    pthread_mutex_unlock(&live_mu);
+}
 
 static int64_t now_ns(void)
 {
@@ -546,6 +606,7 @@ static void procs_fini(agmm_world *w)
     procs_state *ps = w->host_state;
     if (ps == NULL)
         return;
+    live_remove(ps);
     if (ps->ctl != NULL) {
         ctl_slot *me = &ps->ctl->slot[ps->rank];
         if (atomic_load_explicit(&me->state, memory_order_relaxed) == SLOT_JOINED)
@@ -658,6 +719,7 @@ agmm_status agmm_host_procs_init(agmm_world *w, const agmm_proc_identity *id, ag
     if (ps == NULL)
         return AGMM_FAIL(err, AGMM_ERR_NO_MEMORY, "world rendezvous allocation failed");
     ps->ctl_fd = ps->listen_fd = -1;
+    live_add(ps);
     ps->rank = id->rank;
     ps->nranks = id->nranks;
     ps->job = job_hash(id->job);

@@ -80,6 +80,10 @@ agmm_status agmm_host_agree(agmm_ctx *ctx, agmm_status mine);
  * a host collective's does. Nothing where nothing tells (threads, ranks on other hosts), or for
  * another status. Local. */
 void agmm_world_note_gone(agmm_ctx *ctx);
+/* 1 and why ("rank 1 (pid 123) has exited without leaving the world: killed or crashed") where the
+ * world knows peer `rank` died (process worlds on one host); else 0. Local, cheap enough to ask
+ * while waiting (one lock query). */
+int agmm_world_peer_gone(const agmm_ctx *ctx, int rank, char *why, size_t len);
 
 /* Process worlds only: every rank passes a file descriptor (or -1 where its own part failed) and
  * gets every peer's, received over Unix-domain sockets (SCM_RIGHTS): all[r] is a new descriptor

@@ -289,6 +289,12 @@ agmm_status agmm_ctx_busy_end(agmm_ctx *ctx)
     return AGMM_SUCCESS;
 }
 
+int agmm_world_peer_gone(const agmm_ctx *ctx, int rank, char *why, size_t len)
+{
+    const agmm_host_ops *host = ctx->world->host;
+    return host != NULL && host->peer_gone != NULL && host->peer_gone(ctx->world, rank, why, len);
+}
+
 void agmm_world_note_gone(agmm_ctx *ctx)
 {
     const agmm_host_ops *host = ctx->world->host;
