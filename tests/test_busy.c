@@ -160,12 +160,9 @@ static agmm_status left_open_rank(agmm_ctx *ctx, void *arg)
 
 void test_busy_left_open(void)
 {
-    agmm_world *w = NULL;
-    agmm_world_config cfg = {.kind = AGMM_WORLD_CPU, .nranks = W, .timeout_s = TIMEOUT_S};
-    if (agmm_world_create(&w, &cfg, NULL, 0) != AGMM_SUCCESS) {
-        agmm_check(0, "busy: world creation failed");
+    agmm_world *w = test_cpu_world(W, TIMEOUT_S);
+    if (w == NULL)
         return;
-    }
     left_open_job j;
     memset(&j, 0, sizeof j);
     agmm_world_run(w, left_open_rank, &j);
