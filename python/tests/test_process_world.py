@@ -5,6 +5,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -107,3 +108,61 @@ def test_process_world_a_forked_child_does_not_keep_a_dead_rank_alive():
     assert "ERROR after" in out and "has exited" in out, out
     took = float(out.split("ERROR after ")[1].split(" s")[0])
     assert took < 5, f"rank 0 noticed rank 1's death only after {took} s (its timeout: 20 s):\n{out}"
+
+
+# Anything on the host can connect to a rank's abstract socket. A connection that never speaks
+# (made here before the peers arrive) must not hold the meeting: rank 1 drops it after 2 s of
+# silence, where it waited for it until its 20 s deadline and then blamed rank 0.
+IDLE_WORKER = r"""
+import sys, time
+import numpy as np
+import agmm.numpy as anp
+t0 = time.monotonic()
+rank = anp.join(timeout_s=20)
+x = np.full(8, rank.rank + 1, np.float32)
+rank.all_reduce_(x)
+print(f"joined after {time.monotonic() - t0:.2f} s, sum {x[0]:g}")
+sys.stdout.flush()
+"""
+
+
+def fnv1a(text):
+    h = 14695981039346656037
+    for b in text.encode():
+        h = ((h ^ b) * 1099511628211) % (1 << 64)
+    return h
+
+
+def test_process_world_an_idle_connection_does_not_stall_the_meeting():
+    port = free_port()
+    package = os.path.dirname(os.path.dirname(agmm.__file__))
+    job = f"idle-connection-{os.getpid()}-{port}"
+    address = "\0agmm-%016x-1" % fnv1a("AGMM_JOB_ID/" + job)
+
+    def start(rank):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), AGMM_JOB_ID=job, PYTHONPATH=package)
+        return subprocess.Popen([sys.executable, "-c", IDLE_WORKER], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+
+    procs = [start(1)]
+    idle = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        for _ in range(500):                      # rank 1 listens once its library is loaded
+            try:
+                idle.connect(address)
+                break
+            except (FileNotFoundError, ConnectionRefusedError):
+                time.sleep(0.02)
+        else:
+            pytest.fail(f"rank 1 never listened on @{address[1:]}: {procs[0].poll()}")
+        procs.insert(0, start(0))
+        outs = [p.communicate(timeout=60)[0] for p in procs]
+    finally:
+        idle.close()
+        for p in procs:
+            p.kill()
+    for rank, out in enumerate(outs):
+        assert procs[rank].returncode == 0 and "sum 3" in out, f"rank {rank}:\n{out}"
+        took = float(out.split("joined after ")[1].split(" s")[0])
+        assert took < 10, f"rank {rank} took {took} s to join (its timeout: 20 s):\n{out}"

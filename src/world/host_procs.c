@@ -489,8 +489,15 @@ static int recv_fd_msg(int c, int64_t deadline, fd_msg *m, int *fd)
     return 0;
 }
 
+/* How long an accepted connection may take to deliver its message. Senders write it right after
+ * connecting (send_fd_once), so only a stranger's idle connection (anything can connect to an
+ * abstract socket) runs into this: it is dropped instead of stalling the meeting until the deadline
+ * and then blaming whichever rank was awaited. */
+#define ACCEPT_MSG_NS 2000000000LL
+
 /* Accepts one message from the listening socket, or returns 0 if none came before the wait
- * slice (up to 10 ms) ended. Connections of another user or job are dropped. */
+ * slice (up to 10 ms) ended. Connections of another user or job, or silent for ACCEPT_MSG_NS,
+ * are dropped. */
 static int accept_fd_msg(procs_state *ps, int64_t deadline, fd_msg *m, int *fd)
 {
     struct pollfd pf = {ps->listen_fd, POLLIN, 0};
@@ -502,8 +509,9 @@ static int accept_fd_msg(procs_state *ps, int64_t deadline, fd_msg *m, int *fd)
         return 0;
     struct ucred cred;
     socklen_t cl = sizeof cred;
+    const int64_t until = now_ns() + ACCEPT_MSG_NS < deadline ? now_ns() + ACCEPT_MSG_NS : deadline;
     int ok = getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0 && cred.uid == getuid() &&
-             recv_fd_msg(c, deadline, m, fd) == 0 && m->job == ps->job && m->from >= 0 && m->from < ps->nranks;
+             recv_fd_msg(c, until, m, fd) == 0 && m->job == ps->job && m->from >= 0 && m->from < ps->nranks;
     close(c);
     if (!ok && *fd >= 0) {
         close(*fd);
