@@ -126,14 +126,20 @@ def max_plans_arg(what, value):
     return value
 
 
+_EPS_FP32_ZERO = 2.0 ** -150                     # FLT_TRUE_MIN / 2
+_EPS_FP32_INF = 2.0 ** 128 - 2.0 ** 103          # FLT_MAX + its ulp / 2
+
+
 def eps_arg(what, eps):
     """eps as the library takes it (src/core/validate.c): > 0 and finite, and still so as the fp32
     the norm runs in. Checked before the ranks compare it: a NaN differs even from itself."""
     if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
         raise TypeError(f"{what}: eps: {type(eps).__name__}; want a float > 0")
     value = float(eps)
-    as_fp32 = ctypes.c_float(value).value        # the library's (float) cast
-    if not (value > 0 and 0 < as_fp32 <= FLT_MAX):
+    # The library's (float) cast rounds to nearest, ties to even: to 0 at or below half the
+    # smallest subnormal, to infinity at or above FLT_MAX plus half its ulp. Plain comparisons,
+    # not ctypes, so that torch.compile traces this (NaN fails both).
+    if not _EPS_FP32_ZERO < value < _EPS_FP32_INF:
         raise ValueError(f"{what}: eps: eps={value:g}: must be > 0 and finite, and stay so as fp32 "
                          f"({FLT_TRUE_MIN:g} to {FLT_MAX:g}): the norm runs in fp32")
     return value
