@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "../core/knobs.h"
+#include "../kernels/fill.h"
 #include "../kernels/skinny_gemm.h"
 #include "../world/gpu_check.h"
 
@@ -178,14 +179,25 @@ static int enqueue(const agmm_gemm_lt *g, const cublasLtMatmulAlgo_t *algo, cons
     return lt_matmul(g, algo, a, b, c, workspace, s) == CUBLAS_STATUS_SUCCESS ? 0 : -1;
 }
 
+/* Where a timed run finds the L2: `bytes` of scratch that a memset before each run overwrites, so
+ * that no run finds its operands cached (twice the L2, as agmm-bench and tune.c flush). A run
+ * timed on warm operands favours the kernels that read most: the skinny kernel won that way at
+ * M = 1 and lost by 19% in agmm-bench (docs/results, 2026-12-05). */
+typedef struct {
+    void *p;
+    size_t bytes;
+} l2_flush;
+
 /* Times candidate `algo` (NULL: the skinny kernel) on the scratch operands: one warm-up run, then
- * `runs` runs each between two events; the median in microseconds, or a negative number where the
- * library refused it. */
+ * `runs` runs each between two events, each after an L2 flush; the median in microseconds, or a
+ * negative number where the library refused it. */
 static float time_algo(const agmm_gemm_lt *g, const cublasLtMatmulAlgo_t *algo, const char *a, const char *b, char *c,
-                       void *workspace, cudaStream_t s, cudaEvent_t ev[2], int runs)
+                       void *workspace, const l2_flush *fl, cudaStream_t s, cudaEvent_t ev[2], int runs)
 {
     float us[TIMED_RUNS];
     for (int r = -1; r < runs; r++) {
+        if (cudaMemsetAsync(fl->p, r & 1, fl->bytes, s) != cudaSuccess)
+            return -1;
         if (r >= 0 && cudaEventRecord(ev[0], s) != cudaSuccess)
             return -1;
         if (enqueue(g, algo, a, b, c, workspace, s) != 0)
@@ -201,8 +213,8 @@ static float time_algo(const agmm_gemm_lt *g, const cublasLtMatmulAlgo_t *algo, 
     return median(us, runs);
 }
 
-/* Among the heuristic's successful results, the fastest on this device, timed on scratch operands
- * of bytes 0x3c (bf16 ~0.0115: finite and non-zero, like tune.c's). Returns the index, or `first`
+/* Among the heuristic's successful results, the fastest on this device, timed on random scratch
+ * operands (fill.h says why not constant ones) with the L2 flushed. Returns the index, or `first`
  * where timing cannot run (scratch over its share of free memory, any CUDA failure: timing is an
  * optimisation, never a reason to fail a plan; the failure's error is cleared). With skinny_ok the
  * skinny kernel is timed last, by the same rule, and *skinny_wins set where it beats them all. */
@@ -215,9 +227,18 @@ static int timed_pick(const agmm_gemm_lt *g, const cublasLtMatmulHeuristicResult
     const size_t a_bytes = (size_t)(g->rows * g->k) * 2, b_bytes = (size_t)(g->k * g->n) * 2;
     const size_t c_bytes = (size_t)(g->rows * g->n) * 2;
     const size_t b_at = (off + a_bytes + 255) / 256 * 256, c_at = b_at + (b_bytes + 255) / 256 * 256;
-    const size_t w_at = (c_at + off + c_bytes + 255) / 256 * 256, total = w_at + g->workspace_bytes;
+    const size_t w_at = (c_at + off + c_bytes + 255) / 256 * 256;
+    const size_t f_at = (w_at + g->workspace_bytes + 255) / 256 * 256;
+    int dev = 0, l2 = 0;
     size_t free_b = 0, total_b = 0;
-    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess || total > free_b / TIMED_FREE_SHARE) {
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev) != cudaSuccess ||
+        cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return first;
+    }
+    const l2_flush fl_size = {NULL, 2 * (size_t)l2};
+    const size_t total = f_at + fl_size.bytes;
+    if (total > free_b / TIMED_FREE_SHARE) {
         (void)cudaGetLastError();
         return first;
     }
@@ -232,29 +253,32 @@ static int timed_pick(const agmm_gemm_lt *g, const cublasLtMatmulHeuristicResult
     cudaStream_t s = 0;
     cudaEvent_t ev[2] = {NULL, NULL};
     if (cudaMalloc((void **)&scratch, total) != cudaSuccess ||
-        cudaEventCreate(&ev[0]) != cudaSuccess || cudaEventCreate(&ev[1]) != cudaSuccess ||
-        cudaMemsetAsync(scratch, 0x3c, total, s) != cudaSuccess)
+        cudaEventCreate(&ev[0]) != cudaSuccess || cudaEventCreate(&ev[1]) != cudaSuccess)
         goto done;
     char *a = scratch + off, *b = scratch + b_at, *c = scratch + c_at + off, *ws = scratch + w_at;
-    float first_us = time_algo(g, &res[first].algo, a, b, c, ws, s, ev, 1);
+    const l2_flush fl = {scratch + f_at, fl_size.bytes};
+    if (agmm_fill_random_bf16(a, (size_t)(g->rows * g->k), 0x5eed, s) != cudaSuccess ||
+        agmm_fill_random_bf16(b, (size_t)(g->k * g->n), 0xb0b, s) != cudaSuccess)
+        goto done;
+    float first_us = time_algo(g, &res[first].algo, a, b, c, ws, &fl, s, ev, 1);
     if (first_us < 0)
         goto done;
     const int runs = first_us > TIMED_LONG_US ? 1 : TIMED_RUNS;
-    float best_us = time_algo(g, &res[first].algo, a, b, c, ws, s, ev, runs);
+    float best_us = time_algo(g, &res[first].algo, a, b, c, ws, &fl, s, ev, runs);
     if (best_us < 0)
         goto done;
     first_us = best_us;
     for (int i = first + 1; i < found; i++) {
         if (res[i].state != CUBLAS_STATUS_SUCCESS || res[i].workspaceSize > g->workspace_bytes)
             continue;
-        float us = time_algo(g, &res[i].algo, a, b, c, ws, s, ev, runs);
+        float us = time_algo(g, &res[i].algo, a, b, c, ws, &fl, s, ev, runs);
         if (us > 0 && us < best_us && us < first_us * (1.0f - (float)TIMED_MIN_GAIN)) {
             best_us = us;
             pick = i;
         }
     }
     if (skinny_ok) {
-        float us = time_algo(g, NULL, a, b, c, ws, s, ev, runs);
+        float us = time_algo(g, NULL, a, b, c, ws, &fl, s, ev, runs);
         *skinny_wins = us > 0 && us < best_us && us < first_us * (1.0f - (float)TIMED_MIN_GAIN);
     }
 done:
