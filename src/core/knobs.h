@@ -47,8 +47,8 @@ typedef enum {
       "fastest (1; once per shape and process) or take its heuristic's first (0: the same algorithm every run)")     \
     X(SKINNY, AGMM_KNOB_CHOICE, "0", "0|1|force", 0, 0,                                                            \
       "whether the GEMMs cuBLASLt would run (not the nccl baselines') may run agmm's skinny kernel where it applies "  \
-      "(M <= 64, column-major B): 1 where timed faster than cuBLASLt's candidates, 0 never (the default until its "  \
-      "GPU tests have passed on a GPU), force wherever it applies (tests, measurement)")                              \
+      "(M <= 64, column-major B): 1 where timed faster than cuBLASLt's candidates, 0 never (the default: slower "   \
+      "than cuBLASLt on every decode shape measured), force wherever it applies (tests, measurement)")               \
     X(FAULT, AGMM_KNOB_TEXT, "none", "rank=R,at=POINT,action=ACTION[,ms=N]", 0, 0,                                    \
       "injects a fault into one rank, for tests (README, \"Fault injection\")")                                       \
     X(JOB_ID, AGMM_KNOB_TEXT, "the launcher's job", "text of at most 243 bytes", 0, 0,                               \
