@@ -175,6 +175,24 @@ grep -q "rank 1 of job .* is taken" "$OUT.dup.err" && [ $rc -eq 2 ]
 ok=$?
 check "a second process claiming rank 1 exits 2 saying it is taken (got $rc: \"$(head -c 200 "$OUT.dup.err")\")" $ok
 
+# Ranks given different options (a script's mistake): both exit 2 at once naming the first that
+# differs, where the sweep fell out of step after its first row; output paths may differ.
+start 2 "0" -- "$bench" --world cpu --shape 8,8,8 --shape 16,16,16 --iters 3 --warmup 1 --csv "$tmp/r0.csv" --timeout 5
+(rank_env 1 2 "$bench" --world cpu --shape 8,8,8 --shape 16,16,16 --iters 5 --warmup 1 --csv "$tmp/r1.csv" \
+    --timeout 5 >"$OUT.1.out" 2>"$OUT.1.err")
+rc1=$?
+finish
+grep -q "rank 1 was given other options than rank 0: '5' where rank 0 has '3' (after '--iters')" \
+    "$OUT.0.err" && grep -q "rank 1 was given other options" "$OUT.1.err" && [ "$rc1" -eq 2 ] && [ "${RC[0]}" -eq 2 ] &&
+    ! grep -q "Benchmarking results" "$OUT.0.out"
+ok=$?
+check "ranks given different --iters: both exit 2 ($rc1, ${RC[0]}) naming it: \"$(head -c 240 "$OUT.0.err")\"" $ok
+start 2 "0 1" -- sh -c 'exec "$0" --world cpu --shape 8,8,8 --check --csv "$1.$RANK.csv"' "$bench" "$tmp/c"
+finish
+[ "${RC[0]}${RC[1]}" = 00 ]
+ok=$?
+check "ranks given different --csv paths (only rank 0 writes): both exit 0 (${RC[*]})" $ok
+
 env RANK=0 "$bench" --world cpu --shape 8,8,8 --check >"$tmp/v.out" 2>"$tmp/v.err"
 rc=$?
 grep -q "WORLD_SIZE=(unset)" "$tmp/v.err" && [ $rc -eq 2 ]
