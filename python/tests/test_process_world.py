@@ -166,3 +166,39 @@ def test_process_world_an_idle_connection_does_not_stall_the_meeting():
         assert procs[rank].returncode == 0 and "sum 3" in out, f"rank {rank}:\n{out}"
         took = float(out.split("joined after ")[1].split(" s")[0])
         assert took < 10, f"rank {rank} took {took} s to join (its timeout: 20 s):\n{out}"
+
+
+# A process of the same identity that leaves as the next one meets: rank 0's control segment lands
+# on the old rank 1's socket, which closes unread. Rank 0 sends it again until rank 1 has claimed its
+# slot (it sent once, and the new rank 1 waited its whole 20 s for it).
+def test_process_world_a_control_segment_lost_to_a_closing_socket_is_sent_again():
+    import select
+    port = free_port()
+    package = os.path.dirname(os.path.dirname(agmm.__file__))
+    job = f"lost-segment-{os.getpid()}-{port}"
+    address = "\0agmm-%016x-1" % fnv1a("AGMM_JOB_ID/" + job)
+
+    def start(rank):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), AGMM_JOB_ID=job, PYTHONPATH=package)
+        return subprocess.Popen([sys.executable, "-c", IDLE_WORKER], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+
+    old = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old.bind(address)
+    old.listen(4)
+    procs = [start(0)]
+    try:
+        ready, _, _ = select.select([old], [], [], 30)   # rank 0's message waits in the backlog
+        assert ready, f"rank 0 never sent its control segment: {procs[0].poll()}"
+        old.close()                                       # ... and is lost with the socket
+        procs.append(start(1))
+        outs = [p.communicate(timeout=60)[0] for p in procs]
+    finally:
+        old.close()
+        for p in procs:
+            p.kill()
+    for rank, out in enumerate(outs):
+        assert procs[rank].returncode == 0 and "sum 3" in out, f"rank {rank}:\n{out}"
+        took = float(out.split("joined after ")[1].split(" s")[0])
+        assert took < 10, f"rank {rank} took {took} s to join (its timeout: 20 s):\n{out}"

@@ -109,6 +109,8 @@ typedef struct procs_state {
         int fd;
         int present;
     } early[AGMM_MAX_RANKS];   /* a peer's descriptor sent for a later exchange */
+    int seg_fd;                /* rank 0: the control segment, until every peer has its slot (resend_control) */
+    int64_t sent_at[AGMM_MAX_RANKS]; /* rank 0: when each peer was last sent it */
     struct procs_state *next_live; /* the process's live worlds (forked, below) */
 } procs_state;
 
@@ -133,10 +135,12 @@ static void fork_child(void)
             close(ps->ctl_fd);
         if (ps->listen_fd >= 0)
             close(ps->listen_fd);
+        if (ps->seg_fd >= 0)
+            close(ps->seg_fd);
         for (int p = 0; p < AGMM_MAX_RANKS; p++)
             if (ps->early[p].present)
                 close(ps->early[p].fd);
-        ps->ctl_fd = ps->listen_fd = -1;
+        ps->ctl_fd = ps->listen_fd = ps->seg_fd = -1;
         memset(ps->early, 0, sizeof ps->early);
     }
     pthread_mutex_unlock(&live_mu);
@@ -294,6 +298,35 @@ static int dead_elsewhere(const procs_state *ps, int p)
     return -1;
 }
 
+/* How long rank 0 waits for a peer to claim its slot before it sends the control segment again. */
+#define RESEND_NS 200000000LL
+
+static int send_fd_once(procs_state *ps, int to, uint32_t tag, int fd);
+
+/* Rank 0, while it waits for peers: the control segment again to each peer that has not claimed
+ * its slot RESEND_NS after the last send. A send can land on a socket that closes unread (a
+ * process of the same identity leaving its world as this one meets, the name then bound anew by
+ * its successor), and that peer would wait for the segment until its deadline. The peers ignore
+ * the copies that come after the first (procs_exchange_fds). Once every peer has its slot, the
+ * descriptor is closed. */
+static void resend_control(procs_state *ps)
+{
+    if (ps->seg_fd < 0)
+        return;
+    int waiting = 0;
+    for (int p = 1; p < ps->nranks; p++) {
+        if (atomic_load_explicit(&ps->ctl->slot[p].state, memory_order_acquire) != 0)
+            continue;
+        waiting = 1;
+        if (now_ns() - ps->sent_at[p] >= RESEND_NS && send_fd_once(ps, p, 0, ps->seg_fd) == 1)
+            ps->sent_at[p] = now_ns();
+    }
+    if (!waiting) {
+        close(ps->seg_fd);
+        ps->seg_fd = -1;
+    }
+}
+
 /* Waits until `ready(ps, p, arg)` holds for peer p, up to *deadline_ns (moved on while p is busy:
  * the caller's later waits keep the moved deadline). Spins briefly, then naps; looks at the abandon
  * flag and p's liveness every few milliseconds so that a dead peer or one that gave up is reported
@@ -307,6 +340,7 @@ static agmm_status wait_for(agmm_ctx *ctx, procs_state *ps, int p, int (*ready)(
             return AGMM_SUCCESS;
         int64_t t = now_ns();
         if (t >= next_look || t >= *deadline_ns) {
+            resend_control(ps);
             char why[AGMM_ERROR_LEN];
             /* A peer that published and then left or died still counts as arrived. */
             if (hopeless(ps, p, why, sizeof why) && !ready(ps, p, arg))
@@ -422,8 +456,8 @@ static int procs_peer_gone(const agmm_world *w, int p, char *why, size_t len)
 
 /* ---- descriptors over sockets ---- */
 
-/* Sends one message (with `fd` unless it is < 0) to rank `to`'s socket, retrying while nobody
- * listens there yet, up to the deadline. 1 sent, 0 not yet (peer not listening), -1 error. */
+/* Sends one message (with `fd` unless it is < 0) to rank `to`'s socket. 1 sent, 0 not yet (nobody
+ * listens there, or the socket closed as it was sent), -1 error. */
 static int send_fd_once(procs_state *ps, int to, uint32_t tag, int fd)
 {
     int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -454,12 +488,13 @@ static int send_fd_once(procs_state *ps, int to, uint32_t tag, int fd)
         c->cmsg_len = CMSG_LEN(sizeof(int));
         memcpy(CMSG_DATA(c), &fd, sizeof fd);
     }
-    /* A fresh connection's buffer takes a small message at once. */
+    /* A fresh connection's buffer takes a small message at once. A socket closed between the
+     * connect and the send (its process leaving) is like one not there yet. */
     ssize_t n = sendmsg(s, &mh, MSG_NOSIGNAL);
     int e = errno;
     close(s);
     errno = e;
-    return n == (ssize_t)sizeof m ? 1 : -1;
+    return n == (ssize_t)sizeof m ? 1 : n < 0 && (e == EPIPE || e == ECONNRESET) ? 0 : -1;
 }
 
 /* Receives one message from an accepted connection (nonblocking, up to the deadline). */
@@ -559,7 +594,10 @@ static agmm_status procs_exchange_fds(agmm_ctx *ctx, uint32_t tag, int mine, int
         fd_msg m;
         int fd = -1;
         while (st == AGMM_SUCCESS && nhave < ps->nranks && accept_fd_msg(ps, deadline, &m, &fd)) {
-            if (m.tag == tag && !have[m.from]) {
+            if (m.tag == 0 && m.from == 0) {
+                if (fd >= 0) /* a copy of the control segment sent again at join (hand_out_control) */
+                    close(fd);
+            } else if (m.tag == tag && !have[m.from]) {
                 all[m.from] = fd;
                 have[m.from] = 1, nhave++;
             } else if ((int32_t)(m.tag - tag) > 0 && !ps->early[m.from].present) {
@@ -577,6 +615,7 @@ static agmm_status procs_exchange_fds(agmm_ctx *ctx, uint32_t tag, int mine, int
         }
         if (st != AGMM_SUCCESS || (nsend == 0 && nhave == ps->nranks))
             break;
+        resend_control(ps);
         /* Nobody still awaited may be gone, and the wait is bounded while they are not busy. */
         for (int p = 0; p < ps->nranks && st == AGMM_SUCCESS; p++) {
             int waiting = !have[p];
@@ -625,6 +664,8 @@ static void procs_fini(agmm_world *w)
         close(ps->ctl_fd); /* drops the liveness lock */
     if (ps->listen_fd >= 0)
         close(ps->listen_fd); /* the abstract name goes with it */
+    if (ps->seg_fd >= 0)
+        close(ps->seg_fd);
     for (int p = 0; p < AGMM_MAX_RANKS; p++)
         if (ps->early[p].present)
             close(ps->early[p].fd);
@@ -686,7 +727,8 @@ static agmm_status attach_control(procs_state *ps, int seg, agmm_error *err)
     return AGMM_SUCCESS;
 }
 
-/* Rank 0: the control segment's descriptor to every peer, each as soon as its socket is there. */
+/* Rank 0: the control segment's descriptor to every peer, each as soon as its socket is there.
+ * The descriptor stays open in ps->seg_fd until every peer has claimed its slot (resend_control). */
 static agmm_status hand_out_control(procs_state *ps, int seg, int64_t deadline, double timeout_s, agmm_error *err)
 {
     int pending[AGMM_MAX_RANKS], npending = 0;
@@ -698,10 +740,12 @@ static agmm_status hand_out_control(procs_state *ps, int seg, int64_t deadline, 
             if (r < 0)
                 return AGMM_FAIL(err, AGMM_ERR_INTERNAL, "rank 0: sending the control segment to rank %d: %s",
                                  pending[i], strerror(errno));
-            if (r == 1)
+            if (r == 1) {
+                ps->sent_at[pending[i]] = now_ns();
                 pending[i] = pending[--npending];
-            else
+            } else {
                 i++;
+            }
         }
         if (npending == 0)
             break;
@@ -718,6 +762,7 @@ static agmm_status hand_out_control(procs_state *ps, int seg, int64_t deadline, 
         }
         nap(1000000);
     }
+    ps->seg_fd = seg;
     return AGMM_SUCCESS;
 }
 
@@ -726,7 +771,7 @@ agmm_status agmm_host_procs_init(agmm_world *w, const agmm_proc_identity *id, ag
     procs_state *ps = calloc(1, sizeof *ps);
     if (ps == NULL)
         return AGMM_FAIL(err, AGMM_ERR_NO_MEMORY, "world rendezvous allocation failed");
-    ps->ctl_fd = ps->listen_fd = -1;
+    ps->ctl_fd = ps->listen_fd = ps->seg_fd = -1;
     live_add(ps);
     ps->rank = id->rank;
     ps->nranks = id->nranks;
@@ -766,7 +811,7 @@ agmm_status agmm_host_procs_init(agmm_world *w, const agmm_proc_identity *id, ag
                       : attach_control(ps, seg, err);
         if (st == AGMM_SUCCESS)
             st = hand_out_control(ps, keep, deadline, w->timeout_s, err);
-        if (keep >= 0)
+        if (keep >= 0 && ps->seg_fd != keep)
             close(keep);
         if (st != AGMM_SUCCESS && ps->ctl != NULL)
             procs_abandon(w, err);
