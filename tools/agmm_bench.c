@@ -672,91 +672,15 @@ typedef struct {
     int bad_args;                /* the ranks were given different options */
 } proc_run;
 
-/* What every process of a launched job must be given alike: its arguments, but the output paths,
- * which only rank 0 writes. Compared before the sweep, so that a rank given other options fails
- * naming the first that differs, where the sweep would fall out of step ("exchange #N"). */
-typedef struct {
-    uint32_t len;                /* of all the arguments (text holds the first bytes) */
-    uint32_t hash;               /* FNV-1a of all of them */
-    char text[1016];             /* the arguments, each ended by '\0' */
-} bench_args;
-
+/* main's arguments, for proc_rank_main's comparison across ranks. */
 static int bench_argc;
 static char **bench_argv;
-
-static void args_of(bench_args *a)
-{
-    memset(a, 0, sizeof *a);
-    a->hash = 2166136261u;
-    for (int i = 1; i < bench_argc; i++) {
-        if ((!strcmp(bench_argv[i], "--csv") || !strcmp(bench_argv[i], "--json")) && i + 1 < bench_argc) {
-            i++;
-            continue;
-        }
-        for (const char *c = bench_argv[i];; c++) {
-            if (a->len < sizeof a->text)
-                a->text[a->len] = *c;
-            a->len++;
-            a->hash = (a->hash ^ (unsigned char)*c) * 16777619u;
-            if (*c == '\0')
-                break;
-        }
-    }
-}
-
-/* The i-th argument in a's text, or NULL past its end. */
-static const char *arg_at(const bench_args *a, int i)
-{
-    size_t at = 0, end = a->len < sizeof a->text ? a->len : sizeof a->text;
-    for (; i > 0 && at < end; i--)
-        at += strnlen(a->text + at, end - at) + 1;
-    return at < end ? a->text + at : NULL;
-}
-
-/* 0 where every rank has rank 0's arguments; else prints the first difference and returns -1
- * (every rank reaches the same verdict). */
-static int args_agree(agmm_ctx *ctx, int nranks)
-{
-    bench_args mine, *all = calloc(AGMM_MAX_RANKS, sizeof *all);
-    args_of(&mine);
-    if (all == NULL || agmm_ext_exchange(ctx, &mine, sizeof mine, all) != AGMM_SUCCESS) {
-        fprintf(stderr, "%s: comparing the ranks' options: %s\n", who,
-                all ? agmm_last_error(ctx) : "out of memory");
-        free(all);
-        return -1;
-    }
-    int verdict = 0;
-    for (int p = 1; p < nranks; p++) {
-        if (all[p].len == all[0].len && all[p].hash == all[0].hash &&
-            !memcmp(all[p].text, all[0].text, sizeof all[0].text))
-            continue;
-        int i = 0;
-        const char *x, *y;
-        while ((x = arg_at(&all[p], i)) != NULL && (y = arg_at(&all[0], i)) != NULL && !strcmp(x, y))
-            i++;
-        x = arg_at(&all[p], i), y = arg_at(&all[0], i);
-        const char *before = i > 0 ? arg_at(&all[0], i - 1) : NULL;
-        if (x == NULL && y == NULL)
-            fprintf(stderr, "%s: rank %d was given other options than rank 0 (they differ past their first %zu "
-                            "bytes): every process must get the same options (the --csv and --json paths aside)\n",
-                    who, p, sizeof all[0].text);
-        else
-            fprintf(stderr, "%s: rank %d was given other options than rank 0: '%s' where rank 0 has '%s'%s%s%s: "
-                            "every process must get the same options (the --csv and --json paths aside)\n",
-                    who, p, x ? x : "(nothing)", y ? y : "(nothing)", before ? " (after '" : "",
-                    before ? before : "", before ? "')" : "");
-        verdict = -1;
-        break;
-    }
-    free(all);
-    return verdict;
-}
 
 static agmm_status proc_rank_main(agmm_ctx *ctx, void *arg)
 {
     proc_run *run = arg;
     bench_sync_attach(run->res, ctx);
-    if (args_agree(ctx, run->res->nranks) != 0) {
+    if (bench_sync_args(run->res, bench_argc, bench_argv) != 0) {
         run->failed = run->bad_args = 1;
         return AGMM_ERR_INVALID_ARG;
     }

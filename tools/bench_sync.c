@@ -1,6 +1,8 @@
 /* Meeting points of the benchmark's ranks (bench_sync.h). */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "bench_sync.h"
@@ -122,4 +124,82 @@ int bench_sync_all_ok(bench_results *r, int ok)
     ok = !r->init_failed;
     bench_sync_unlock(r);
     return ok;
+}
+
+/* ---- the ranks' arguments (bench_sync_args) ---- */
+
+typedef struct {
+    uint32_t len;                /* of all the arguments (text holds the first bytes) */
+    uint32_t hash;               /* FNV-1a of all of them */
+    char text[1016];             /* the arguments, each ended by '\0' */
+} bench_args;
+
+static void args_of(bench_args *a, int argc, char **argv)
+{
+    memset(a, 0, sizeof *a);
+    a->hash = 2166136261u;
+    for (int i = 1; i < argc; i++) {
+        if ((!strcmp(argv[i], "--csv") || !strcmp(argv[i], "--json")) && i + 1 < argc) {
+            i++;
+            continue;
+        }
+        for (const char *c = argv[i];; c++) {
+            if (a->len < sizeof a->text)
+                a->text[a->len] = *c;
+            a->len++;
+            a->hash = (a->hash ^ (unsigned char)*c) * 16777619u;
+            if (*c == '\0')
+                break;
+        }
+    }
+}
+
+/* The i-th argument in a's text, or NULL past its end. */
+static const char *arg_at(const bench_args *a, int i)
+{
+    size_t at = 0, end = a->len < sizeof a->text ? a->len : sizeof a->text;
+    for (; i > 0 && at < end; i--)
+        at += strnlen(a->text + at, end - at) + 1;
+    return at < end ? a->text + at : NULL;
+}
+
+int bench_sync_args(bench_results *r, int argc, char **argv)
+{
+    agmm_ctx *ctx = r->proc_ctx;
+    const int me = agmm_ctx_rank(ctx);
+    bench_args mine, *all = calloc(AGMM_MAX_RANKS, sizeof *all);
+    args_of(&mine, argc, argv);
+    if (all == NULL || agmm_ext_exchange(ctx, &mine, sizeof mine, all) != AGMM_SUCCESS) {
+        fprintf(stderr, "agmm-bench: rank %d: comparing the ranks' options: %s\n", me,
+                all ? agmm_last_error(ctx) : "out of memory");
+        free(all);
+        return -1;
+    }
+    int verdict = 0;
+    for (int p = 1; p < r->nranks; p++) {
+        if (all[p].len == all[0].len && all[p].hash == all[0].hash &&
+            !memcmp(all[p].text, all[0].text, sizeof all[0].text))
+            continue;
+        int i = 0;
+        const char *x, *y;
+        while ((x = arg_at(&all[p], i)) != NULL && (y = arg_at(&all[0], i)) != NULL && !strcmp(x, y))
+            i++;
+        x = arg_at(&all[p], i), y = arg_at(&all[0], i);
+        const char *before = i > 0 ? arg_at(&all[0], i - 1) : NULL;
+        if (x == NULL && y == NULL)
+            fprintf(stderr, "agmm-bench: rank %d: rank %d was given other options than rank 0 (they differ past "
+                            "their first %zu bytes): every process must get the same options (the --csv and --json "
+                            "paths aside)\n",
+                    me, p, sizeof all[0].text);
+        else
+            fprintf(stderr, "agmm-bench: rank %d: rank %d was given other options than rank 0: '%s' where rank 0 "
+                            "has '%s'%s%s%s: every process must get the same options (the --csv and --json paths "
+                            "aside)\n",
+                    me, p, x ? x : "(nothing)", y ? y : "(nothing)", before ? " (after '" : "",
+                    before ? before : "", before ? "')" : "");
+        verdict = -1;
+        break;
+    }
+    free(all);
+    return verdict;
 }

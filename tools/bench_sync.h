@@ -20,6 +20,11 @@ void bench_sync_unlock(bench_results *r);
  * the cell is merged (first failure by rank order, worst error, exactness on every rank) into
  * every process's copy. Collective. */
 int bench_sync_cell(bench_results *r, int row, int b);
+/* A process world, before the sweep: 0 where every rank was given rank 0's arguments (argc, argv
+ * as main got them; the --csv and --json paths aside, which only rank 0 writes), else -1 on every
+ * rank, each having printed the first difference: a rank given other options would make the sweep
+ * fall out of step ("exchange #N") instead. Collective. */
+int bench_sync_args(bench_results *r, int argc, char **argv);
 /* 1 if `ok` on every rank. Collective; once per run (it is the sweep's opening agreement). */
 int bench_sync_all_ok(bench_results *r, int ok);
 

@@ -236,8 +236,7 @@ static int timed_pick(const agmm_gemm_lt *g, const cublasLtMatmulHeuristicResult
         (void)cudaGetLastError();
         return first;
     }
-    const l2_flush fl_size = {NULL, 2 * (size_t)l2};
-    const size_t total = f_at + fl_size.bytes;
+    const size_t flush_bytes = 2 * (size_t)l2, total = f_at + flush_bytes;
     if (total > free_b / TIMED_FREE_SHARE) {
         (void)cudaGetLastError();
         return first;
@@ -256,7 +255,7 @@ static int timed_pick(const agmm_gemm_lt *g, const cublasLtMatmulHeuristicResult
         cudaEventCreate(&ev[0]) != cudaSuccess || cudaEventCreate(&ev[1]) != cudaSuccess)
         goto done;
     char *a = scratch + off, *b = scratch + b_at, *c = scratch + c_at + off, *ws = scratch + w_at;
-    const l2_flush fl = {scratch + f_at, fl_size.bytes};
+    const l2_flush fl = {scratch + f_at, flush_bytes};
     if (agmm_fill_random_bf16(a, (size_t)(g->rows * g->k), 0x5eed, s) != cudaSuccess ||
         agmm_fill_random_bf16(b, (size_t)(g->k * g->n), 0xb0b, s) != cudaSuccess)
         goto done;
