@@ -30,11 +30,11 @@
  * Giving up. A rank whose collective failed writes why into the segment's header; every peer
  * then fails its next (or current) wait at once with that reason: the world is unusable.
  *
- * Passing descriptors. For each exchange every rank connects to each peer's socket and sends its
- * descriptor (SCM_RIGHTS) with the exchange's tag, then accepts one message from each peer. The
- * kernel holds a sent message until it is accepted, so nobody waits for a receiver. A peer one
- * exchange ahead may already have sent the next one's: it is kept until then. Connections from
- * another user are refused (SO_PEERCRED).
+ * Passing descriptors (the sockets: fd_socket.h). For each exchange every rank connects to each
+ * peer's socket and sends its descriptor (SCM_RIGHTS) with the exchange's tag, then accepts one
+ * message from each peer. The kernel holds a sent message until it is accepted, so nobody waits
+ * for a receiver. A peer one exchange ahead may already have sent the next one's: it is kept until
+ * then. Connections from another user are refused (SO_PEERCRED).
  *
  * fork(). A child forked without exec (a data loader's workers) would inherit the segment's open
  * file description (through its descriptor and its mapping), and with it the liveness lock, and
@@ -43,7 +43,6 @@
  * rank of the world and must not use it. */
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -56,7 +55,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fd_socket.h"
 #include "world_impl.h"
+#include "../core/clock.h"
 #include "../core/text.h"
 
 #define CONTROL_MAGIC 0x316c74636d6d6761ull /* "agmmctl1" */
@@ -86,15 +87,6 @@ typedef struct {
     char why[AGMM_ERROR_LEN];
     ctl_slot slot[AGMM_MAX_RANKS];
 } ctl_segment;
-
-/* What goes over a socket with a descriptor. */
-typedef struct {
-    uint64_t job;       /* the job's hash: a stray connection is refused */
-    uint32_t tag;       /* the exchange (0: the control segment at join) */
-    int32_t from;
-    int32_t nranks;
-    int32_t has_fd;     /* 0: the sender's own part failed, no descriptor */
-} fd_msg;
 
 typedef struct procs_state {
     ctl_segment *ctl;
@@ -168,13 +160,6 @@ static void live_remove(procs_state *ps)
     pthread_mutex_unlock(&live_mu);
 }
 
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static void nap(int64_t ns)
 {
     struct timespec t = {0, (long)ns};
@@ -187,15 +172,6 @@ static uint64_t job_hash(const char *s)
     for (; *s; s++)
         h = (h ^ (unsigned char)*s) * 1099511628211ull;
     return h;
-}
-
-static socklen_t socket_name(struct sockaddr_un *a, uint64_t job, int rank)
-{
-    memset(a, 0, sizeof *a);
-    a->sun_family = AF_UNIX;
-    /* sun_path[0] = '\0': the abstract namespace. */
-    int n = snprintf(a->sun_path + 1, sizeof a->sun_path - 1, "agmm-%016llx-%d", (unsigned long long)job, rank);
-    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 }
 
 /* ---- liveness ---- */
@@ -301,8 +277,6 @@ static int dead_elsewhere(const procs_state *ps, int p)
 /* How long rank 0 waits for a peer to claim its slot before it sends the control segment again. */
 #define RESEND_NS 200000000LL
 
-static int send_fd_once(procs_state *ps, int to, uint32_t tag, int fd);
-
 /* Rank 0, while it waits for peers: the control segment again to each peer that has not claimed
  * its slot RESEND_NS after the last send. A send can land on a socket that closes unread (a
  * process of the same identity leaving its world as this one meets, the name then bound anew by
@@ -318,8 +292,8 @@ static void resend_control(procs_state *ps)
         if (atomic_load_explicit(&ps->ctl->slot[p].state, memory_order_acquire) != 0)
             continue;
         waiting = 1;
-        if (now_ns() - ps->sent_at[p] >= RESEND_NS && send_fd_once(ps, p, 0, ps->seg_fd) == 1)
-            ps->sent_at[p] = now_ns();
+        if (agmm_mono_ns() - ps->sent_at[p] >= RESEND_NS && agmm_fd_send(ps->job, ps->rank, ps->nranks, p, 0, ps->seg_fd) == 1)
+            ps->sent_at[p] = agmm_mono_ns();
     }
     if (!waiting) {
         close(ps->seg_fd);
@@ -334,11 +308,11 @@ static void resend_control(procs_state *ps)
 static agmm_status wait_for(agmm_ctx *ctx, procs_state *ps, int p, int (*ready)(const procs_state *, int, uint32_t),
                             uint32_t arg, int64_t *deadline_ns, const char *what)
 {
-    int64_t start = now_ns(), next_look = start;
+    int64_t start = agmm_mono_ns(), next_look = start;
     for (int spins = 0;; spins++) {
         if (ready(ps, p, arg))
             return AGMM_SUCCESS;
-        int64_t t = now_ns();
+        int64_t t = agmm_mono_ns();
         if (t >= next_look || t >= *deadline_ns) {
             resend_control(ps);
             char why[AGMM_ERROR_LEN];
@@ -385,7 +359,7 @@ static agmm_status missing_ranks(agmm_ctx *ctx, procs_state *ps, uint32_t s, con
                      ctx->world->timeout_s, list);
 }
 
-static int64_t deadline_of(const agmm_world *w) { return now_ns() + (int64_t)(w->timeout_s * 1e9); }
+static int64_t deadline_of(const agmm_world *w) { return agmm_mono_ns() + (int64_t)(w->timeout_s * 1e9); }
 
 /* ---- collectives on the control segment ---- */
 
@@ -454,106 +428,7 @@ static int procs_peer_gone(const agmm_world *w, int p, char *why, size_t len)
     return 1;
 }
 
-/* ---- descriptors over sockets ---- */
-
-/* Sends one message (with `fd` unless it is < 0) to rank `to`'s socket. 1 sent, 0 not yet (nobody
- * listens there, or the socket closed as it was sent), -1 error. */
-static int send_fd_once(procs_state *ps, int to, uint32_t tag, int fd)
-{
-    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (s < 0)
-        return -1;
-    struct sockaddr_un a;
-    socklen_t len = socket_name(&a, ps->job, to);
-    if (connect(s, (struct sockaddr *)&a, len) != 0) {
-        int e = errno;
-        close(s);
-        errno = e;
-        return e == ECONNREFUSED || e == ENOENT || e == EAGAIN ? 0 : -1;
-    }
-    fd_msg m = {.job = ps->job, .tag = tag, .from = ps->rank, .nranks = ps->nranks, .has_fd = fd >= 0};
-    struct iovec iov = {&m, sizeof m};
-    union {
-        struct cmsghdr h;
-        char space[CMSG_SPACE(sizeof(int))];
-    } u;
-    memset(&u, 0, sizeof u);
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-    if (fd >= 0) {
-        mh.msg_control = u.space;
-        mh.msg_controllen = sizeof u.space;
-        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(c), &fd, sizeof fd);
-    }
-    /* A fresh connection's buffer takes a small message at once. A socket closed between the
-     * connect and the send (its process leaving) is like one not there yet. */
-    ssize_t n = sendmsg(s, &mh, MSG_NOSIGNAL);
-    int e = errno;
-    close(s);
-    errno = e;
-    return n == (ssize_t)sizeof m ? 1 : n < 0 && (e == EPIPE || e == ECONNRESET) ? 0 : -1;
-}
-
-/* Receives one message from an accepted connection (nonblocking, up to the deadline). */
-static int recv_fd_msg(int c, int64_t deadline, fd_msg *m, int *fd)
-{
-    *fd = -1;
-    struct pollfd pf = {c, POLLIN, 0};
-    int64_t left_ms = (deadline - now_ns()) / 1000000;
-    if (poll(&pf, 1, left_ms > 0 ? (int)left_ms : 0) != 1)
-        return -1;
-    union {
-        struct cmsghdr h;
-        char space[CMSG_SPACE(sizeof(int))];
-    } u;
-    struct iovec iov = {m, sizeof *m};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.space, .msg_controllen = sizeof u.space};
-    ssize_t n = recvmsg(c, &mh, MSG_CMSG_CLOEXEC);
-    for (struct cmsghdr *h = CMSG_FIRSTHDR(&mh); h != NULL; h = CMSG_NXTHDR(&mh, h))
-        if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS)
-            memcpy(fd, CMSG_DATA(h), sizeof *fd);
-    if (n != (ssize_t)sizeof *m || (m->has_fd && *fd < 0)) {
-        if (*fd >= 0)
-            close(*fd);
-        *fd = -1;
-        return -1;
-    }
-    return 0;
-}
-
-/* How long an accepted connection may take to deliver its message. Senders write it right after
- * connecting (send_fd_once), so only a stranger's idle connection (anything can connect to an
- * abstract socket) runs into this: it is dropped instead of stalling the meeting until the deadline
- * and then blaming whichever rank was awaited. */
-#define ACCEPT_MSG_NS 2000000000LL
-
-/* Accepts one message from the listening socket, or returns 0 if none came before the wait
- * slice (up to 10 ms) ended. Connections of another user or job, or silent for ACCEPT_MSG_NS,
- * are dropped. */
-static int accept_fd_msg(procs_state *ps, int64_t deadline, fd_msg *m, int *fd)
-{
-    struct pollfd pf = {ps->listen_fd, POLLIN, 0};
-    int64_t left_ms = (deadline - now_ns()) / 1000000;
-    if (poll(&pf, 1, left_ms > 10 ? 10 : left_ms > 0 ? (int)left_ms : 0) != 1)
-        return 0;
-    int c = accept4(ps->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (c < 0)
-        return 0;
-    struct ucred cred;
-    socklen_t cl = sizeof cred;
-    const int64_t until = now_ns() + ACCEPT_MSG_NS < deadline ? now_ns() + ACCEPT_MSG_NS : deadline;
-    int ok = getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0 && cred.uid == getuid() &&
-             recv_fd_msg(c, until, m, fd) == 0 && m->job == ps->job && m->from >= 0 && m->from < ps->nranks;
-    close(c);
-    if (!ok && *fd >= 0) {
-        close(*fd);
-        *fd = -1;
-    }
-    return ok;
-}
+/* ---- descriptors over sockets (fd_socket.h) ---- */
 
 static agmm_status procs_exchange_fds(agmm_ctx *ctx, uint32_t tag, int mine, int *all)
 {
@@ -574,7 +449,7 @@ static agmm_status procs_exchange_fds(agmm_ctx *ctx, uint32_t tag, int mine, int
      * collect; a peer whose socket is not there yet is retried while collecting. */
     while ((nsend > 0 || nhave < ps->nranks) && st == AGMM_SUCCESS) {
         for (int i = 0; i < nsend;) {
-            int r = send_fd_once(ps, to_send[i], tag, mine);
+            int r = agmm_fd_send(ps->job, ps->rank, ps->nranks, to_send[i], tag, mine);
             if (r < 0) {
                 st = AGMM_FAIL(&ctx->err, AGMM_ERR_INTERNAL, "rank %d: %s: sending to rank %d: %s", ps->rank, what,
                                to_send[i], strerror(errno));
@@ -591,9 +466,9 @@ static agmm_status procs_exchange_fds(agmm_ctx *ctx, uint32_t tag, int mine, int
                 ps->early[p].present = 0;
                 have[p] = 1, nhave++;
             }
-        fd_msg m;
+        agmm_fd_msg m;
         int fd = -1;
-        while (st == AGMM_SUCCESS && nhave < ps->nranks && accept_fd_msg(ps, deadline, &m, &fd)) {
+        while (st == AGMM_SUCCESS && nhave < ps->nranks && agmm_fd_accept(ps->listen_fd, ps->job, ps->nranks, deadline, &m, &fd)) {
             if (m.tag == 0 && m.from == 0) {
                 if (fd >= 0) /* a copy of the control segment sent again at join (hand_out_control) */
                     close(fd);
@@ -624,7 +499,7 @@ static agmm_status procs_exchange_fds(agmm_ctx *ctx, uint32_t tag, int mine, int
             if (!waiting)
                 continue;
             char why[AGMM_ERROR_LEN];
-            const int q = hold_for_busy(ps, p, now_ns(), w->timeout_s, &deadline) ? dead_elsewhere(ps, p) : -1;
+            const int q = hold_for_busy(ps, p, agmm_mono_ns(), w->timeout_s, &deadline) ? dead_elsewhere(ps, p) : -1;
             if (q >= 0)
                 st = AGMM_FAIL(&ctx->err, AGMM_ERR_TIMEOUT,
                                "rank %d: %s failed: rank %d (pid %d) has exited without leaving the world: killed or "
@@ -632,7 +507,7 @@ static agmm_status procs_exchange_fds(agmm_ctx *ctx, uint32_t tag, int mine, int
                                ps->rank, what, q, ps->ctl->slot[q].pid, p, ps->ctl->slot[p].busy_what);
             else if (hopeless(ps, p, why, sizeof why))
                 st = AGMM_FAIL(&ctx->err, AGMM_ERR_TIMEOUT, "rank %d: %s failed: %s", ps->rank, what, why);
-            else if (now_ns() >= deadline)
+            else if (agmm_mono_ns() >= deadline)
                 st = AGMM_FAIL(&ctx->err, AGMM_ERR_TIMEOUT, "rank %d: %s timed out after %.2f s: %s", ps->rank, what,
                                w->timeout_s, peer_text(ps, p, why, sizeof why));
         }
@@ -736,12 +611,12 @@ static agmm_status hand_out_control(procs_state *ps, int seg, int64_t deadline, 
         pending[npending++] = p;
     while (npending > 0) {
         for (int i = 0; i < npending;) {
-            int r = send_fd_once(ps, pending[i], 0, seg);
+            int r = agmm_fd_send(ps->job, ps->rank, ps->nranks, pending[i], 0, seg);
             if (r < 0)
                 return AGMM_FAIL(err, AGMM_ERR_INTERNAL, "rank 0: sending the control segment to rank %d: %s",
                                  pending[i], strerror(errno));
             if (r == 1) {
-                ps->sent_at[pending[i]] = now_ns();
+                ps->sent_at[pending[i]] = agmm_mono_ns();
                 pending[i] = pending[--npending];
             } else {
                 i++;
@@ -749,7 +624,7 @@ static agmm_status hand_out_control(procs_state *ps, int seg, int64_t deadline, 
         }
         if (npending == 0)
             break;
-        if (now_ns() >= deadline) {
+        if (agmm_mono_ns() >= deadline) {
             uint64_t missing = 0;
             char who[200];
             for (int i = 0; i < npending; i++)
@@ -785,7 +660,7 @@ agmm_status agmm_host_procs_init(agmm_world *w, const agmm_proc_identity *id, ag
     if (ps->listen_fd < 0)
         return AGMM_FAIL(err, AGMM_ERR_INTERNAL, "rank %d: socket(AF_UNIX): %s", ps->rank, strerror(errno));
     struct sockaddr_un a;
-    socklen_t len = socket_name(&a, ps->job, ps->rank);
+    socklen_t len = agmm_fd_socket_name(&a, ps->job, ps->rank);
     if (bind(ps->listen_fd, (struct sockaddr *)&a, len) != 0) {
         if (errno == EADDRINUSE)
             return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
@@ -817,10 +692,10 @@ agmm_status agmm_host_procs_init(agmm_world *w, const agmm_proc_identity *id, ag
             procs_abandon(w, err);
         return st;
     }
-    fd_msg m;
+    agmm_fd_msg m;
     int seg = -1;
     while (seg < 0) {
-        if (accept_fd_msg(ps, deadline, &m, &seg) && (m.tag != 0 || m.from != 0 || seg < 0)) {
+        if (agmm_fd_accept(ps->listen_fd, ps->job, ps->nranks, deadline, &m, &seg) && (m.tag != 0 || m.from != 0 || seg < 0)) {
             if (seg >= 0)
                 close(seg);
             return AGMM_FAIL(err, AGMM_ERR_INTERNAL,
@@ -828,7 +703,7 @@ agmm_status agmm_host_procs_init(agmm_world *w, const agmm_proc_identity *id, ag
                              "control segment",
                              ps->rank, m.tag >> 1, m.from);
         }
-        if (seg < 0 && now_ns() >= deadline)
+        if (seg < 0 && agmm_mono_ns() >= deadline)
             return AGMM_FAIL(err, AGMM_ERR_TIMEOUT,
                              "rank %d: joining the world timed out after %.2f s: rank 0 never arrived (no control "
                              "segment came from it; it listens on @agmm-%016llx-0; job %s)",
