@@ -2,6 +2,7 @@
 (agmm_world_join), from the launcher's environment and from an explicit unique id. Skipped, loudly,
 while this libagmm answers UNSUPPORTED to a join (process worlds are issue 13's)."""
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -110,10 +111,9 @@ def test_process_world_a_forked_child_does_not_keep_a_dead_rank_alive():
     assert took < 5, f"rank 0 noticed rank 1's death only after {took} s (its timeout: 20 s):\n{out}"
 
 
-# Anything on the host can connect to a rank's abstract socket. A connection that never speaks
-# (made here before the peers arrive) must not hold the meeting: rank 1 drops it after 2 s of
-# silence, where it waited for it until its 20 s deadline and then blamed rank 0.
-IDLE_WORKER = r"""
+# Two ranks of a job named by AGMM_JOB_ID, each joining and summing once: the meeting tests below
+# start them one at a time around something done to a rank's socket.
+JOIN_WORKER = r"""
 import sys, time
 import numpy as np
 import agmm.numpy as anp
@@ -133,72 +133,76 @@ def fnv1a(text):
     return h
 
 
-def test_process_world_an_idle_connection_does_not_stall_the_meeting():
-    port = free_port()
-    package = os.path.dirname(os.path.dirname(agmm.__file__))
-    job = f"idle-connection-{os.getpid()}-{port}"
-    address = "\0agmm-%016x-1" % fnv1a("AGMM_JOB_ID/" + job)
+class TwoRankJob:
+    """A job of two JOIN_WORKER ranks; `address` is rank 1's abstract socket name (as
+    src/world/fd_socket.c names it)."""
 
-    def start(rank):
+    def __init__(self, what):
+        self.port = free_port()
+        self.job = f"{what}-{os.getpid()}-{self.port}"
+        self.address = "\0agmm-%016x-1" % fnv1a("AGMM_JOB_ID/" + self.job)
+        self.procs = {}
+
+    def start(self, rank):
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2",
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), AGMM_JOB_ID=job, PYTHONPATH=package)
-        return subprocess.Popen([sys.executable, "-c", IDLE_WORKER], env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(self.port), AGMM_JOB_ID=self.job,
+                   PYTHONPATH=os.path.dirname(os.path.dirname(agmm.__file__)))
+        self.procs[rank] = subprocess.Popen([sys.executable, "-c", JOIN_WORKER], env=env, stdout=subprocess.PIPE,
+                                            stderr=subprocess.STDOUT, text=True)
+        return self.procs[rank]
 
-    procs = [start(1)]
+    def kill(self):
+        for p in self.procs.values():
+            p.kill()
+
+    def check_joined_quickly(self):
+        """Both ranks summed right and joined well within their 20 s timeout."""
+        for rank in (0, 1):
+            p = self.procs[rank]
+            out = p.communicate(timeout=60)[0]
+            assert p.returncode == 0 and "sum 3" in out, f"rank {rank}:\n{out}"
+            took = float(out.split("joined after ")[1].split(" s")[0])
+            assert took < 10, f"rank {rank} took {took} s to join (its timeout: 20 s):\n{out}"
+
+
+# Anything on the host can connect to a rank's abstract socket. A connection that never speaks
+# (made here before the peers arrive) must not hold the meeting: rank 1 drops it after 2 s of
+# silence, where it waited for it until its 20 s deadline and then blamed rank 0.
+def test_process_world_an_idle_connection_does_not_stall_the_meeting():
+    job = TwoRankJob("idle-connection")
+    job.start(1)
     idle = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         for _ in range(500):                      # rank 1 listens once its library is loaded
             try:
-                idle.connect(address)
+                idle.connect(job.address)
                 break
             except (FileNotFoundError, ConnectionRefusedError):
                 time.sleep(0.02)
         else:
-            pytest.fail(f"rank 1 never listened on @{address[1:]}: {procs[0].poll()}")
-        procs.insert(0, start(0))
-        outs = [p.communicate(timeout=60)[0] for p in procs]
+            pytest.fail(f"rank 1 never listened on @{job.address[1:]}: {job.procs[1].poll()}")
+        job.start(0)
+        job.check_joined_quickly()
     finally:
         idle.close()
-        for p in procs:
-            p.kill()
-    for rank, out in enumerate(outs):
-        assert procs[rank].returncode == 0 and "sum 3" in out, f"rank {rank}:\n{out}"
-        took = float(out.split("joined after ")[1].split(" s")[0])
-        assert took < 10, f"rank {rank} took {took} s to join (its timeout: 20 s):\n{out}"
+        job.kill()
 
 
 # A process of the same identity that leaves as the next one meets: rank 0's control segment lands
 # on the old rank 1's socket, which closes unread. Rank 0 sends it again until rank 1 has claimed its
 # slot (it sent once, and the new rank 1 waited its whole 20 s for it).
 def test_process_world_a_control_segment_lost_to_a_closing_socket_is_sent_again():
-    import select
-    port = free_port()
-    package = os.path.dirname(os.path.dirname(agmm.__file__))
-    job = f"lost-segment-{os.getpid()}-{port}"
-    address = "\0agmm-%016x-1" % fnv1a("AGMM_JOB_ID/" + job)
-
-    def start(rank):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2",
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), AGMM_JOB_ID=job, PYTHONPATH=package)
-        return subprocess.Popen([sys.executable, "-c", IDLE_WORKER], env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
-
+    job = TwoRankJob("lost-segment")
     old = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old.bind(address)
+    old.bind(job.address)
     old.listen(4)
-    procs = [start(0)]
     try:
+        job.start(0)
         ready, _, _ = select.select([old], [], [], 30)   # rank 0's message waits in the backlog
-        assert ready, f"rank 0 never sent its control segment: {procs[0].poll()}"
+        assert ready, f"rank 0 never sent its control segment: {job.procs[0].poll()}"
         old.close()                                       # ... and is lost with the socket
-        procs.append(start(1))
-        outs = [p.communicate(timeout=60)[0] for p in procs]
+        job.start(1)
+        job.check_joined_quickly()
     finally:
         old.close()
-        for p in procs:
-            p.kill()
-    for rank, out in enumerate(outs):
-        assert procs[rank].returncode == 0 and "sum 3" in out, f"rank {rank}:\n{out}"
-        took = float(out.split("joined after ")[1].split(" s")[0])
-        assert took < 10, f"rank {rank} took {took} s to join (its timeout: 20 s):\n{out}"
+        job.kill()
