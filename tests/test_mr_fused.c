@@ -51,6 +51,7 @@ typedef struct {
     char msg[MAX_W][AGMM_ERROR_LEN];
     int bad[MAX_W];          /* runs whose rows differed */
     double run_ms[MAX_W][RUNS];
+    int64_t start_ns[MAX_W][RUNS], end_ns[MAX_W][RUNS]; /* each run's call, on the monotonic clock */
 } fused_job;
 
 static agmm_status fused_rank(agmm_ctx *ctx, void *arg)
@@ -73,7 +74,8 @@ static agmm_status fused_rank(agmm_ctx *ctx, void *arg)
         agmm_matmul_all_reduce_io aio = {.a = j->a[run][rank], .b = j->b[run][rank], .c = out};
         int64_t t0 = agmm_cpu_now_ns();
         st = all ? agmm_matmul_all_reduce(plan, &aio, NULL) : agmm_matmul_reduce_scatter(plan, &io, NULL);
-        j->run_ms[rank][run] = (double)(agmm_cpu_now_ns() - t0) * 1e-6;
+        j->start_ns[rank][run] = t0, j->end_ns[rank][run] = agmm_cpu_now_ns();
+        j->run_ms[rank][run] = (double)(j->end_ns[rank][run] - t0) * 1e-6;
         if (st != AGMM_SUCCESS)
             break;
         j->bad[rank] += agmm_ref_first_mismatch(out, j->ref[run] + row0 * j->n, rows * j->n, 2) >= 0;
@@ -143,15 +145,19 @@ static fused_job job_init(void)
     return (fused_job){.late_rank = -1, .slow_rank = -1, .idle_rank = -1};
 }
 
-/* One line per rank: exact in every run; the others' run `run` lasted >= min_ms. */
+/* One line per rank: exact in every run; the others' run `run` ended >= min_ms after rank who's
+ * began (they waited for it; measured from its start, not theirs, so that a rank scheduled late
+ * into the run does not seem to have waited less). */
 static void report(const fused_job *j, int who, int run, double min_ms, const char *what)
 {
-    for (int r = 0; r < j->nranks; r++)
-        agmm_check(j->status[r] == AGMM_SUCCESS && j->bad[r] == 0 && (r == who || j->run_ms[r][run] >= min_ms),
-                   "%s/fused W=%d M=%d N=%d K=%d rank %d: %s: exact in %d runs (bad %d), run %d took "
-                   "%.1f ms (>= %.0f on the others)%s%s",
-                   agmm_op_name(j->op), j->nranks, (int)j->m, (int)j->n, K, r, what, RUNS, j->bad[r], run,
-                   j->run_ms[r][run], min_ms, j->status[r] ? ": " : "", j->status[r] ? j->msg[r] : "");
+    for (int r = 0; r < j->nranks; r++) {
+        const double after_ms = (double)(j->end_ns[r][run] - j->start_ns[who][run]) * 1e-6;
+        agmm_check(j->status[r] == AGMM_SUCCESS && j->bad[r] == 0 && (r == who || after_ms >= min_ms),
+                   "%s/fused W=%d M=%d N=%d K=%d rank %d: %s: exact in %d runs (bad %d), run %d ended %.1f ms "
+                   "after rank %d's began (>= %.0f on the others)%s%s",
+                   agmm_op_name(j->op), j->nranks, (int)j->m, (int)j->n, K, r, what, RUNS, j->bad[r], run, after_ms,
+                   who, min_ms, j->status[r] ? ": " : "", j->status[r] ? j->msg[r] : "");
+    }
 }
 
 static const agmm_op ops[2] = {AGMM_OP_MATMUL_REDUCE_SCATTER, AGMM_OP_MATMUL_ALL_REDUCE};

@@ -42,6 +42,7 @@ typedef struct {
     char msg[MAX_W][AGMM_ERROR_LEN];
     int bad[MAX_W];          /* runs whose C or gathered A differed */
     double run_ms[MAX_W][RUNS];
+    int64_t start_ns[MAX_W][RUNS], end_ns[MAX_W][RUNS]; /* each run, its late sleep included */
 } pull_job;
 
 static void sleep_ms(int ms)
@@ -62,6 +63,7 @@ static agmm_status pull_rank(agmm_ctx *ctx, void *arg)
     if (st == AGMM_SUCCESS && rank == j->slow_rank)
         st = agmm_pull_set_delay(plan, (int64_t)j->delay_ms * 1000000);
     for (int run = 0; st == AGMM_SUCCESS && run < RUNS && rank != j->idle_rank; run++) {
+        j->start_ns[rank][run] = agmm_cpu_now_ns();
         if (rank == j->late_rank && run > 0)
             sleep_ms(j->late_ms);
         memcpy(agmm_plan_input(plan), j->a[run] + rank * shard, shard * 2);
@@ -70,7 +72,8 @@ static agmm_status pull_rank(agmm_ctx *ctx, void *arg)
         agmm_ag_matmul_io io = {.b = j->b, .a_gathered = ag, .c = c};
         int64_t t0 = agmm_cpu_now_ns();
         st = agmm_ag_matmul(plan, &io, NULL);
-        j->run_ms[rank][run] = (double)(agmm_cpu_now_ns() - t0) * 1e-6;
+        j->end_ns[rank][run] = agmm_cpu_now_ns();
+        j->run_ms[rank][run] = (double)(j->end_ns[rank][run] - t0) * 1e-6;
         if (st != AGMM_SUCCESS)
             break;
         /* At once: a peer that had not finished reading this shard would now read NaN. */
@@ -132,16 +135,19 @@ static pull_job job_init(void)
     return (pull_job){.late_rank = -1, .slow_rank = -1, .idle_rank = -1};
 }
 
-/* One line per rank: right in every run, and the others' run `run` lasted >= 25 ms (they waited
- * for rank `who`, which is 30 ms late). */
+/* One line per rank: right in every run, and the others' run `run` ended >= 25 ms after rank
+ * `who`'s began (they waited for it, 30 ms late; measured from its start, not theirs, so that a
+ * rank scheduled late into the run does not seem to have waited less). */
 static void report(const pull_job *j, int who, int run, const char *what)
 {
-    for (int r = 0; r < j->nranks; r++)
-        agmm_check(j->status[r] == AGMM_SUCCESS && j->bad[r] == 0 && (r == who || j->run_ms[r][run] >= 25.0),
+    for (int r = 0; r < j->nranks; r++) {
+        const double after_ms = (double)(j->end_ns[r][run] - j->start_ns[who][run]) * 1e-6;
+        agmm_check(j->status[r] == AGMM_SUCCESS && j->bad[r] == 0 && (r == who || after_ms >= 25.0),
                    "ag_matmul/pull W=%d M=%d N=%d K=%d rank %d: %s: C and gathered A exact in %d runs (bad %d), run %d "
-                   "took %.1f ms (>= 25 on the others)%s%s",
-                   j->nranks, M, N, K, r, what, RUNS, j->bad[r], run, j->run_ms[r][run], j->status[r] ? ": " : "",
+                   "ended %.1f ms after rank %d's began (>= 25 on the others)%s%s",
+                   j->nranks, M, N, K, r, what, RUNS, j->bad[r], run, after_ms, who, j->status[r] ? ": " : "",
                    j->status[r] ? j->msg[r] : "");
+    }
 }
 
 void test_pull_late_ready(void)
