@@ -157,6 +157,18 @@ done
 
 # ---- mistakes ----
 
+# Ranks given different identities (rank 1 another MASTER_PORT) never meet: each times out
+# saying which identity it had, so the two messages show why.
+start 2 "0" -- "$bench" --world cpu --shape 8,8,8 --check --timeout 1
+(PORT=$((PORT + 1000)); rank_env 1 2 "$bench" --world cpu --shape 8,8,8 --check --timeout 1 >"$OUT.1.out" 2>"$OUT.1.err")
+rc1=$?
+finish
+grep -q "rank 1 never arrived (nobody listens.*job \"torchrun/127.0.0.1:$PORT/$ID" "$OUT.0.err" &&
+    grep -q "rank 0 never arrived.*job \"torchrun/127.0.0.1:$((PORT + 1000))/$ID" "$OUT.1.err" &&
+    [ "$rc1" -ne 0 ] && [ "${RC[0]}" -ne 0 ]
+ok=$?
+check "ranks given different MASTER_PORTs never meet; each timeout names its own identity: \"$(head -c 300 "$OUT.0.err")\" / \"$(head -c 300 "$OUT.1.err")\"" $ok
+
 start 2 "0" -- "$bench" --world cpu --shape 8,8,8 --check --timeout 1
 (rank_env 1 3 "$bench" --world cpu --shape 8,8,8 --check --timeout 1 >"$OUT.1.out" 2>"$OUT.1.err")
 rc1=$?

@@ -551,9 +551,12 @@ static void procs_fini(agmm_world *w)
 static const agmm_host_ops procs_ops = {procs_exchange, procs_barrier,   procs_exchange_fds, procs_abandon,
                                         procs_busy,     procs_peer_gone, procs_fini};
 
+/* "<the job's identity> (<where it came from>)": what a process was told, so that processes that
+ * never meet (given different identities: another MASTER_PORT, another AGMM_JOB_ID) can be told
+ * apart by their messages. */
 static const char *job_text(const agmm_proc_identity *id, char *buf, size_t len)
 {
-    agmm_format(buf, len, "%s", id->source);
+    agmm_format(buf, len, "\"%s\" (%s)", id->job, id->source);
     return buf;
 }
 
@@ -604,7 +607,8 @@ static agmm_status attach_control(procs_state *ps, int seg, agmm_error *err)
 
 /* Rank 0: the control segment's descriptor to every peer, each as soon as its socket is there.
  * The descriptor stays open in ps->seg_fd until every peer has claimed its slot (resend_control). */
-static agmm_status hand_out_control(procs_state *ps, int seg, int64_t deadline, double timeout_s, agmm_error *err)
+static agmm_status hand_out_control(procs_state *ps, int seg, int64_t deadline, double timeout_s, const char *job,
+                                    agmm_error *err)
 {
     int pending[AGMM_MAX_RANKS], npending = 0;
     for (int p = 1; p < ps->nranks; p++)
@@ -632,8 +636,8 @@ static agmm_status hand_out_control(procs_state *ps, int seg, int64_t deadline, 
             agmm_format_ranks(who, sizeof who, missing);
             return AGMM_FAIL(err, AGMM_ERR_TIMEOUT,
                              "rank 0: joining the world timed out after %.2f s: %s never arrived (nobody listens on "
-                             "@agmm-%016llx-<rank>)",
-                             timeout_s, who, (unsigned long long)ps->job);
+                             "@agmm-%016llx-<rank>; job %s: every process of a job must be given this identity)",
+                             timeout_s, who, (unsigned long long)ps->job, job);
         }
         nap(1000000);
     }
@@ -654,7 +658,7 @@ agmm_status agmm_host_procs_init(agmm_world *w, const agmm_proc_identity *id, ag
     w->host = &procs_ops;
     w->host_state = ps;
     const int64_t deadline = deadline_of(w);
-    char job[200];
+    char job[440];
 
     ps->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (ps->listen_fd < 0)
@@ -685,7 +689,7 @@ agmm_status agmm_host_procs_init(agmm_world *w, const agmm_proc_identity *id, ag
         st = keep < 0 ? AGMM_FAIL(err, AGMM_ERR_INTERNAL, "rank 0: dup: %s", strerror(errno))
                       : attach_control(ps, seg, err);
         if (st == AGMM_SUCCESS)
-            st = hand_out_control(ps, keep, deadline, w->timeout_s, err);
+            st = hand_out_control(ps, keep, deadline, w->timeout_s, job_text(id, job, sizeof job), err);
         if (keep >= 0 && ps->seg_fd != keep)
             close(keep);
         if (st != AGMM_SUCCESS && ps->ctl != NULL)
@@ -706,7 +710,8 @@ agmm_status agmm_host_procs_init(agmm_world *w, const agmm_proc_identity *id, ag
         if (seg < 0 && agmm_mono_ns() >= deadline)
             return AGMM_FAIL(err, AGMM_ERR_TIMEOUT,
                              "rank %d: joining the world timed out after %.2f s: rank 0 never arrived (no control "
-                             "segment came from it; it listens on @agmm-%016llx-0; job %s)",
+                             "segment came from it; it listens on @agmm-%016llx-0; job %s: every process of a job "
+                             "must be given this identity)",
                              ps->rank, w->timeout_s, (unsigned long long)ps->job, job_text(id, job, sizeof job));
     }
     /* A rank that cannot take part says so in the segment, so that its peers fail at once. */
