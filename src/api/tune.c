@@ -27,10 +27,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "api.h"
 #include "tune.h"
+#include "../core/clock.h"
 #include "../core/knobs.h"
 #include "../core/stats.h"
 #ifdef AGMM_HAVE_CUDA
@@ -196,12 +196,7 @@ typedef struct {
     size_t buf_bytes[AGMM_SCRATCH_MAX];
 } session;
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
-}
+static double now_ms(void) { return 1e-6 * (double)agmm_mono_ns(); }
 
 /* Fills `bytes` of the rank's memory with FILL_BYTE (ordered before the runs on the stream). */
 static agmm_status fill(session *se, void *p, size_t bytes)

@@ -10,6 +10,8 @@
 #include <stdatomic.h>
 #include <time.h>
 
+#include "../core/clock.h"
+
 /* Waiting policy: spin this many loads, then yield the core, and after NAP_AFTER_NS of waiting
  * sleep in naps of NAP_NS: up to 8 rank threads and 8 copy threads may share two cores, and a
  * spinner must not starve the thread it waits for. Internal, not knobs (core/knobs.h): the CPU
@@ -19,12 +21,7 @@
 #define NAP_AFTER_NS 200000
 #define NAP_NS 20000
 
-int64_t agmm_cpu_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
+int64_t agmm_cpu_now_ns(void) { return agmm_mono_ns(); }
 
 static _Atomic uint32_t *atomic_word(const uint32_t *p)
 {

@@ -22,16 +22,10 @@
 #include <time.h>
 
 #include "world_gpu.h"
+#include "../core/clock.h"
 #include "../core/knobs.h"
 
 #define COMM_INIT_MIN_S 60.0
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static void nap_us(long us)
 {
@@ -58,7 +52,7 @@ static ncclResult_t settle_comm(ncclComm_t comm, int64_t deadline_ns)
         ncclResult_t r = ncclCommGetAsyncError(comm, &state);
         if (r != ncclSuccess)
             return r;
-        if (state != ncclInProgress || now_ns() >= deadline_ns)
+        if (state != ncclInProgress || agmm_mono_ns() >= deadline_ns)
             return state;
         nap_us(100);
     }
@@ -135,7 +129,7 @@ agmm_status agmm_nccl_init_local(agmm_world *w, agmm_error *err)
     ncclResult_t r = ncclGroupEnd();
     if (r != ncclInProgress)
         AGMM_NCCL_TRY(st, err, NULL, r);
-    const int64_t deadline = now_ns() + (int64_t)(init_bound_s(w) * 1e9);
+    const int64_t deadline = agmm_mono_ns() + (int64_t)(init_bound_s(w) * 1e9);
     for (int i = 0; i < w->nranks; i++) {
         r = settle_comm(g->comms[i], deadline);
         if (r == ncclInProgress) {
@@ -204,7 +198,7 @@ agmm_status agmm_world_gpu_join_nccl(agmm_world *w, const void *nccl_id, void *c
     AGMM_CUDA_TRY(st, err, cudaSetDevice(w->device_of[0]));
     ncclResult_t r = ncclCommInitRankConfig(&g->comms[0], w->nranks, id, w->first_rank, &cfg);
     if (r == ncclInProgress)
-        r = settle_comm(g->comms[0], now_ns() + (int64_t)(init_bound_s(w) * 1e9));
+        r = settle_comm(g->comms[0], agmm_mono_ns() + (int64_t)(init_bound_s(w) * 1e9));
     if (r == ncclInProgress) {
         ncclCommAbort(g->comms[0]);
         g->comms[0] = NULL;
@@ -221,7 +215,7 @@ fail:
 void agmm_nccl_end_all(agmm_world *w)
 {
     struct agmm_world_gpu *g = w->gpu;
-    const int64_t deadline = now_ns() + (int64_t)(w->timeout_s * 1e9);
+    const int64_t deadline = agmm_mono_ns() + (int64_t)(w->timeout_s * 1e9);
     int owned = 0;
     for (int i = 0; i < AGMM_MAX_RANKS; i++)
         owned += g->comms[i] != NULL && !(g->borrowed && i == 0);
@@ -270,7 +264,7 @@ agmm_status agmm_gpu_nccl_settle(agmm_ctx *ctx, ncclResult_t r, const char *what
 {
     ncclComm_t comm = ctx->gpu->nccl_comm;
     if (r == ncclInProgress && comm != NULL)
-        r = settle_comm(comm, now_ns() + (int64_t)(ctx->info.timeout_s * 1e9));
+        r = settle_comm(comm, agmm_mono_ns() + (int64_t)(ctx->info.timeout_s * 1e9));
     if (r == ncclInProgress)
         return give_up(ctx, what, ctx->info.timeout_s);
     if (r != ncclSuccess) {
@@ -284,7 +278,7 @@ agmm_status agmm_gpu_nccl_settle(agmm_ctx *ctx, ncclResult_t r, const char *what
 agmm_status agmm_nccl_wait_stream(agmm_world *w, cudaStream_t stream, const char *what, agmm_error *err)
 {
     ncclComm_t comm = w->gpu->comms[0];
-    const int64_t deadline = now_ns() + (int64_t)(w->timeout_s * 1e9);
+    const int64_t deadline = agmm_mono_ns() + (int64_t)(w->timeout_s * 1e9);
     for (;;) {
         cudaError_t q = cudaStreamQuery(stream);
         if (q == cudaSuccess)
@@ -296,7 +290,7 @@ agmm_status agmm_nccl_wait_stream(agmm_world *w, cudaStream_t stream, const char
         ncclResult_t state = ncclSuccess;
         if (ncclCommGetAsyncError(comm, &state) == ncclSuccess && state != ncclSuccess && state != ncclInProgress)
             return AGMM_FAIL(err, AGMM_ERR_NCCL, "rank %d: %s -> %s", w->first_rank, what, ncclGetErrorString(state));
-        if (now_ns() >= deadline)
+        if (agmm_mono_ns() >= deadline)
             break;
         nap_us(50);
     }
@@ -315,7 +309,7 @@ agmm_status agmm_nccl_wait_work(agmm_ctx *ctx)
 {
     agmm_status st = AGMM_SUCCESS;
     agmm_gpu_rank *g = ctx->gpu;
-    const int64_t start = now_ns(), deadline = start + (int64_t)(ctx->info.timeout_s * 1e9);
+    const int64_t start = agmm_mono_ns(), deadline = start + (int64_t)(ctx->info.timeout_s * 1e9);
     cudaEvent_t ev[2];
     const int nev = agmm_gpu_run_events(g, ev);
     for (;;) {
@@ -333,7 +327,7 @@ agmm_status agmm_nccl_wait_work(agmm_ctx *ctx)
         if (ncclCommGetAsyncError(g->nccl_comm, &state) == ncclSuccess && state != ncclSuccess &&
             state != ncclInProgress)
             return agmm_gpu_nccl_settle(ctx, state, "an NCCL operation of this rank (asynchronous error)");
-        if (now_ns() >= deadline)
+        if (agmm_mono_ns() >= deadline)
             return give_up(ctx, "agmm_ctx_sync: this rank's work (waiting in an NCCL operation)", ctx->info.timeout_s);
         nap_us(50);
     }
