@@ -83,6 +83,12 @@ typedef struct {
 /* Parses argv into *opt. Returns 0, or 2 after printing the problem (or 1 after --help or
  * --list-backends, which print and succeed). */
 int bench_parse(int argc, char **argv, bench_options *opt);
+/* Every message to stderr starts with this: "agmm-bench", and under a launcher the rank too
+ * (bench_args.c). */
+extern char bench_who[40];
+/* 0 where the options' operation takes shape (m, n, k); else prints why, naming opt and val, and
+ * returns 2 (bench_args.c). */
+int bench_check_shape(const bench_options *o, const int64_t shape[3], const char *opt, const char *val);
 void bench_usage(FILE *f);
 
 /* Runs the sweep on one rank (the agmm_world_run callback); `arg` is the bench_results. */

@@ -77,7 +77,7 @@ agmm_status bench_rank_main(agmm_ctx *ctx, void *arg)
     bench_results *res = arg;
     const bench_row_kind *kind = row_kind_of(res->opt.op);
     if (kind == NULL) {
-        /* Every rank alike, before any meeting: an operation agmm_bench.c accepts lacks its line. */
+        /* Every rank alike, before any meeting: an operation bench_args.c accepts lacks its line. */
         mark_not_run(res, "agmm-bench has no rows for this operation (row_kinds in tools/bench_run.c)");
         return AGMM_ERR_UNSUPPORTED;
     }
