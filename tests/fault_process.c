@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "agmm.h"
+#include "core/clock.h"
 #include "cpu/cpu.h"
 #include "fault_scenario.h"
 #include "harness.h"
@@ -61,7 +62,7 @@ static int parse_case(const char *arg, fault_case *c)
                : -1;
 }
 
-static double now_s(void) { return (double)agmm_cpu_now_ns() * 1e-9; }
+static double now_s(void) { return (double)agmm_mono_ns() * 1e-9; }
 
 static void no_meet(void *arg) {}
 

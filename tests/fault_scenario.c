@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "agmm.h"
+#include "core/clock.h"
 #include "core/numeric.h"
 #include "core/text.h"
 #include "cpu/cpu.h"
@@ -13,7 +14,7 @@
 #include "fault_scenario.h"
 #include "harness.h"
 
-static double now_s(void) { return (double)agmm_cpu_now_ns() * 1e-9; }
+static double now_s(void) { return (double)agmm_mono_ns() * 1e-9; }
 
 void fault_case_spec(const fault_case *c, char *buf, size_t len)
 {

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "agmm.h"
+#include "core/clock.h"
 #include "cpu/cpu.h"
 #include "cpu_tests.h"
 #include "harness.h"
@@ -23,7 +24,7 @@ typedef struct {
     char msg[W][AGMM_ERROR_LEN];
 } busy_job;
 
-static double now_s(void) { return (double)agmm_cpu_now_ns() * 1e-9; }
+static double now_s(void) { return (double)agmm_mono_ns() * 1e-9; }
 
 static void sleep_s(double s)
 {

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "agmm.h"
+#include "core/clock.h"
 #include "backends/ag_matmul_fused.h"
 #include "cpu/cpu.h"
 #include "cpu/reference.h"
@@ -152,7 +153,7 @@ typedef struct {
     double elapsed_s[AGMM_MAX_RANKS];
 } timeout_job;
 
-static double now_s(void) { return (double)agmm_cpu_now_ns() * 1e-9; }
+static double now_s(void) { return (double)agmm_mono_ns() * 1e-9; }
 
 static agmm_status timeout_rank(agmm_ctx *ctx, void *arg)
 {

@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "agmm.h"
+#include "core/clock.h"
 #include "backends/matmul_reduce_fused.h"
 #include "cpu/cpu.h"
 #include "cpu/reference.h"
@@ -72,9 +73,9 @@ static agmm_status fused_rank(agmm_ctx *ctx, void *arg)
         test_poison_bf16(out, rows * j->n);
         agmm_matmul_reduce_scatter_io io = {.a = j->a[run][rank], .b = j->b[run][rank], .out = rows ? out : NULL};
         agmm_matmul_all_reduce_io aio = {.a = j->a[run][rank], .b = j->b[run][rank], .c = out};
-        int64_t t0 = agmm_cpu_now_ns();
+        int64_t t0 = agmm_mono_ns();
         st = all ? agmm_matmul_all_reduce(plan, &aio, NULL) : agmm_matmul_reduce_scatter(plan, &io, NULL);
-        j->start_ns[rank][run] = t0, j->end_ns[rank][run] = agmm_cpu_now_ns();
+        j->start_ns[rank][run] = t0, j->end_ns[rank][run] = agmm_mono_ns();
         j->run_ms[rank][run] = (double)(j->end_ns[rank][run] - t0) * 1e-6;
         if (st != AGMM_SUCCESS)
             break;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "agmm.h"
+#include "core/clock.h"
 #include "api/api.h"
 #include "core/hostmem.h"
 #include "core/text.h"
@@ -152,7 +153,7 @@ static agmm_status mem_rank(agmm_ctx *ctx, void *arg)
     mem_job *job = arg;
     const int r = agmm_ctx_rank(ctx);
     agmm_plan *plan = NULL;
-    int64_t t0 = agmm_cpu_now_ns();
+    int64_t t0 = agmm_mono_ns();
     if (job->all_reduce) {
         agmm_all_reduce_desc d = {.n = (int64_t)1 << 40, .dtype = AGMM_DTYPE_BF16, .backend = "one_shot"};
         job->status[r] = agmm_plan_all_reduce(&plan, ctx, &d);
@@ -161,7 +162,7 @@ static agmm_status mem_rank(agmm_ctx *ctx, void *arg)
         agmm_ag_matmul_desc d = {.m = (int64_t)1 << 27, .n = 64, .k = (int64_t)1 << 11, .backend = "ce"};
         job->status[r] = agmm_plan_ag_matmul(&plan, ctx, &d);
     }
-    job->elapsed_s[r] = (double)(agmm_cpu_now_ns() - t0) * 1e-9;
+    job->elapsed_s[r] = (double)(agmm_mono_ns() - t0) * 1e-9;
     snprintf(job->msg[r], sizeof job->msg[r], "%s", agmm_last_error(ctx));
     agmm_plan_destroy(plan);
     job->after[r] = plan_after(ctx, &job->exact[r]);

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "agmm.h"
+#include "core/clock.h"
 #include "backends/ag_matmul_pull.h"
 #include "cpu/cpu.h"
 #include "cpu/reference.h"
@@ -63,16 +64,16 @@ static agmm_status pull_rank(agmm_ctx *ctx, void *arg)
     if (st == AGMM_SUCCESS && rank == j->slow_rank)
         st = agmm_pull_set_delay(plan, (int64_t)j->delay_ms * 1000000);
     for (int run = 0; st == AGMM_SUCCESS && run < RUNS && rank != j->idle_rank; run++) {
-        j->start_ns[rank][run] = agmm_cpu_now_ns();
+        j->start_ns[rank][run] = agmm_mono_ns();
         if (rank == j->late_rank && run > 0)
             sleep_ms(j->late_ms);
         memcpy(agmm_plan_input(plan), j->a[run] + rank * shard, shard * 2);
         test_poison_bf16(ag, (int64_t)(W * shard));
         test_poison_bf16(c, (int64_t)W * M * N);
         agmm_ag_matmul_io io = {.b = j->b, .a_gathered = ag, .c = c};
-        int64_t t0 = agmm_cpu_now_ns();
+        int64_t t0 = agmm_mono_ns();
         st = agmm_ag_matmul(plan, &io, NULL);
-        j->end_ns[rank][run] = agmm_cpu_now_ns();
+        j->end_ns[rank][run] = agmm_mono_ns();
         j->run_ms[rank][run] = (double)(j->end_ns[rank][run] - t0) * 1e-6;
         if (st != AGMM_SUCCESS)
             break;

@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "ag_matmul_fused.h"
+#include "../core/clock.h"
 #include "gather.h"
 #include "../core/schedule.h"
 
@@ -118,12 +119,12 @@ static agmm_status cpu_compute(agmm_plan *plan, const agmm_ag_matmul_io *io, voi
             a_tile = a + t.row0 * d->k;
         }
         agmm_fused_times *tm = &x->times[t.chunk];
-        int64_t t0 = agmm_cpu_now_ns();
+        int64_t t0 = agmm_mono_ns();
         if (tm->tiles == 0)
             tm->first_tile_ns = t0;
         agmm_cpu_gemm_bf16(&x->ws, a_tile, d->k, t.rows, io->b, d->b_layout, d->n, t.col0, t.cols,
                            c + t.row0 * d->n + t.col0, d->n);
-        tm->last_tile_ns = agmm_cpu_now_ns();
+        tm->last_tile_ns = agmm_mono_ns();
         tm->tiles++;
     }
     return AGMM_SUCCESS;

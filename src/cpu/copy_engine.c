@@ -9,6 +9,7 @@
  * when the whole queue has landed, which also makes every copied byte visible to the drainer.
  */
 #include "cpu.h"
+#include "../core/clock.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -56,7 +57,7 @@ static void *copy_main(void *arg)
         if (job.bytes)
             memcpy(job.dst, job.src, job.bytes);
         if (job.done_ns)
-            *job.done_ns = agmm_cpu_now_ns();
+            *job.done_ns = agmm_mono_ns();
         if (job.flag)
             agmm_cpu_flag_raise(job.flag, job.epoch); /* release: the rows above are visible */
 

@@ -21,9 +21,6 @@
 
 /* ---- flags (flags.c) ---- */
 
-/* Monotonic clock in nanoseconds. */
-int64_t agmm_cpu_now_ns(void);
-
 /* 1 when `value` has reached `epoch`: value - epoch >= 0 as a wrapping 32-bit difference. */
 int agmm_cpu_reached(uint32_t value, uint32_t epoch);
 

@@ -21,8 +21,6 @@
 #define NAP_AFTER_NS 200000
 #define NAP_NS 20000
 
-int64_t agmm_cpu_now_ns(void) { return agmm_mono_ns(); }
-
 static _Atomic uint32_t *atomic_word(const uint32_t *p)
 {
     /* The word is never accessed non-atomically while it is shared; the cast is how C11 lets
@@ -55,10 +53,10 @@ int agmm_cpu_flag_wait(const uint32_t *flag, uint32_t epoch, double timeout_s, u
         v = atomic_load_explicit(w, memory_order_acquire);
     if (agmm_cpu_reached(v, epoch))
         return 1;
-    int64_t start = agmm_cpu_now_ns();
+    int64_t start = agmm_mono_ns();
     int64_t limit = (int64_t)(timeout_s * 1e9);
     for (;;) {
-        int64_t waited = agmm_cpu_now_ns() - start;
+        int64_t waited = agmm_mono_ns() - start;
         if (waited > limit) {
             /* One last look: the flag may have come while the clock was read. */
             v = atomic_load_explicit(w, memory_order_acquire);

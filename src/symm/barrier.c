@@ -4,6 +4,7 @@
 #include <stdio.h>
 
 #include "symm_impl.h"
+#include "../core/clock.h"
 #include "../cpu/cpu.h"
 
 #ifndef AGMM_HAVE_CUDA
@@ -52,11 +53,11 @@ agmm_status agmm_symm_barrier_host(agmm_ctx *ctx, const char *what)
      * of the timeout, so the whole barrier is bounded by it; in slices, between which a peer the
      * world knows to have died (a process world's liveness lock) ends the wait at once. */
     const uint32_t *mine = pad->local;
-    int64_t deadline = agmm_cpu_now_ns() + (int64_t)(ri->timeout_s * 1e9);
+    int64_t deadline = agmm_mono_ns() + (int64_t)(ri->timeout_s * 1e9);
     for (int p = 0; p < nranks; p++) {
         uint32_t seen = 0;
         for (;;) {
-            double left = (double)(deadline - agmm_cpu_now_ns()) * 1e-9;
+            double left = (double)(deadline - agmm_mono_ns()) * 1e-9;
             const double slice = left < GONE_CHECK_S ? left : GONE_CHECK_S;
             if (agmm_cpu_flag_wait(mine + p, epoch, slice > 0 ? slice : 0, &seen))
                 break;
