@@ -398,7 +398,10 @@ void agmm_symmetric_free(agmm_ctx *ctx, void *ptr);
  * all_reduce's output not the input except io.out == input. Steps back to back: once the run has completed on `stream`, this rank
  * may overwrite its input, B and the outputs (no peer reads them any more); nothing else need be
  * waited for. Collective: every rank runs its plans in the same order (streams and graphs: the
- * next section). io and its buffers are the caller's; nothing is kept after the call but what a
+ * next section), io.input in the same buffer at the same offset; ranks that do not are not
+ * detected by default (a timeout, or wrong data where two plans' runs pair up), but with
+ * AGMM_CHECK_RUNS=1 at plan creation every run first compares them across ranks (one host exchange)
+ * and fails every rank with AGMM_ERR_INVALID_ARG naming the rank that differs. io and its buffers are the caller's; nothing is kept after the call but what a
  * graph capture records. A missing peer surfaces as AGMM_ERR_TIMEOUT from agmm_ctx_sync or from a
  * later run; after any failed run the rank is out of step with its peers and every later run
  * fails: destroy the plans and the context. Statuses: AGMM_ERR_INVALID_ARG (io, a plan of another

@@ -101,6 +101,9 @@ void test_plan_host_memory(void);
 void test_plan_memory_check(void);
 void test_plan_agreement(void);
 
+/* test_run_check.c: AGMM_CHECK_RUNS=1, ranks that run different plans or inputs. */
+void test_run_check(void);
+
 /* 1 in a build under AddressSanitizer or ThreadSanitizer (whose reports go to stderr, and whose
  * allocators keep freed memory for a while). */
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)

@@ -55,6 +55,7 @@ static const agmm_test_case cases[] = {
     {"plan/host_memory", test_plan_host_memory},
     {"plan/memory_check", test_plan_memory_check},
     {"plan/agreement", test_plan_agreement},
+    {"plan/run_check", test_run_check},
     {"fault/spec", test_fault_spec},
     {"fault/any_rank", test_fault_any_rank},
     {"fault/matrix", test_fault_matrix},

@@ -6,7 +6,8 @@
  * (proc_matmul_reduce.c), each twice with fresh small-integer inputs and poisoned outputs, and
  * compares with the fp64 reference bit for bit, and all_reduce_rmsnorm on T not divisible by W,
  * with and without bias and residual (arn_check.h); then a run reading its
- * input from caller-owned symmetric memory; with --expect-span, that a world whose ranks claim
+ * input from caller-owned symmetric memory, and the run check (AGMM_CHECK_RUNS=1) of a rank whose
+ * io.input is elsewhere; with --expect-span, that a world whose ranks claim
  * different hosts offers only the backends that need no peer memory, and that `auto` takes
  * nccl. Each rank prints its own PASS/FAIL lines, prefixed with its rank, and the summary.
  * With --rank, --nranks and --id-file the world is joined explicitly, as a framework would: rank 0
@@ -312,6 +313,50 @@ static void test_plan_disagreement(void)
                P.rank, P.nranks, agmm_status_str(st), msg, agmm_status_str(after));
 }
 
+/* AGMM_CHECK_RUNS=1 across processes: rank 1 reads io.input at another offset of the agreed
+ * buffer, and every rank fails naming it (the digests cross the processes' host exchange); the
+ * run right after, on the agreed offset, sums exactly. */
+static void test_run_check_procs(const char *backend)
+{
+    enum { n = 67, off = 512 };
+    float in[n], out[n];
+    for (int i = 0; i < n; i++)
+        in[i] = (float)(P.rank * 100 + i);
+    void *sym = NULL, *d_out = dev_alloc(sizeof out);
+    agmm_plan *plan = NULL;
+    agmm_all_reduce_desc d = {.n = n, .dtype = AGMM_DTYPE_F32, .backend = backend};
+    setenv("AGMM_CHECK_RUNS", "1", 1);
+    agmm_status st = d_out ? agmm_symmetric_alloc(P.ctx, off + sizeof in, &sym) : AGMM_ERR_NO_MEMORY;
+    if (st == AGMM_SUCCESS)
+        st = agmm_plan_all_reduce(&plan, P.ctx, &d);
+    unsetenv("AGMM_CHECK_RUNS");
+    if (st == AGMM_SUCCESS && dev_copy((char *)sym + off, in, sizeof in))
+        st = AGMM_ERR_INTERNAL;
+    char msg[AGMM_ERROR_LEN] = "";
+    agmm_status wrong = AGMM_ERR_INTERNAL, right = AGMM_ERR_INTERNAL;
+    int exact = 0;
+    if (st == AGMM_SUCCESS) {
+        agmm_all_reduce_io io = {.out = d_out, .input = (char *)sym + (P.rank == 1 ? 0 : off)};
+        wrong = agmm_all_reduce(plan, &io, P.stream);
+        snprintf(msg, sizeof msg, "%s", agmm_last_error(P.ctx));
+        io.input = (char *)sym + off;
+        right = agmm_all_reduce(plan, &io, P.stream);
+        if (right == AGMM_SUCCESS)
+            right = agmm_ctx_sync(P.ctx);
+        exact = right == AGMM_SUCCESS && dev_copy(out, d_out, sizeof out) == 0;
+        for (int i = 0; exact && i < n; i++)
+            exact = out[i] == (float)(100 * P.nranks * (P.nranks - 1) / 2 + P.nranks * i);
+    }
+    agmm_check(wrong == AGMM_ERR_INVALID_ARG && strstr(msg, "rank 1 runs all_reduce/") && strstr(msg, "at offset 0 of") &&
+                   exact,
+               "rank %d of %d processes: all_reduce/%s with AGMM_CHECK_RUNS=1, rank 1's io.input at offset 0 and the "
+               "others' at %d: every rank refuses naming rank 1 (%s: \"%s\"), and the run after sums exactly (%s)",
+               P.rank, P.nranks, backend, off, agmm_status_str(wrong), msg, agmm_status_str(right));
+    agmm_plan_destroy(plan);
+    agmm_symmetric_free(P.ctx, sym);
+    dev_free(d_out);
+}
+
 /* The processes of a job on one host share its memory: a plan whose need fits the host's
  * available memory once but not once per process is refused on every rank, before anything is
  * allocated. Its size is 55% of rank 0's reading of what is available; each rank first asks
@@ -536,6 +581,8 @@ int main(int argc, char **argv)
                     proc_symmetric_input(name);
                 } else if (ops[o] == AGMM_OP_ALL_REDUCE) {
                     test_all_reduce_sizes(name);
+                    if (b == 0)
+                        test_run_check_procs(name);
                 } else if (ops[o] == AGMM_OP_ALL_REDUCE_RMSNORM) {
                     test_arn_shapes(name);
                 } else {

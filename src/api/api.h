@@ -122,6 +122,16 @@ agmm_status agmm_plan_agree(agmm_plan *plan, uint64_t input_bytes);
 agmm_status agmm_plan_agree_request(agmm_ctx *ctx, agmm_op op, const void *desc, const char *backend,
                                     agmm_status mine);
 
+/* ---- the run check (run_check.c) ---- */
+
+/* Collective, for plans made with AGMM_CHECK_RUNS=1 (agmm_plan.check_runs), before a run enqueues
+ * anything: exchanges every rank's verdict on its call (`mine`, the detail in its error record)
+ * and what it is about to run (the plan's number and run, the input's symmetric allocation and
+ * offset). A rank that refused keeps its own error and the others fail with the first refusing
+ * rank's ("rank R: ..."); ranks that run different plans, runs or inputs get AGMM_ERR_INVALID_ARG
+ * on every rank, naming both. The ranks stay in step either way. */
+agmm_status agmm_run_agree(agmm_plan *plan, agmm_status mine);
+
 /* ---- fault points (ctx.c) ---- */
 
 /* The fault point `at` of ctx's rank (core/fault.h): AGMM_SUCCESS to carry on, else the injected

@@ -144,13 +144,13 @@ agmm_op agmm_plan_op(const agmm_plan *p) { return p ? p->op : AGMM_OP_NONE; }
 const char *agmm_plan_backend(const agmm_plan *p) { return p ? p->backend->name : ""; }
 void *agmm_plan_input(agmm_plan *p) { return p && p->input ? p->input->local : NULL; }
 
-static agmm_status plan_run(agmm_plan *p, agmm_op op, const void *io, void *stream)
+/* Every check that can refuse a run, local to this rank: the io, the input, the rank's state and
+ * (GPUs) its stream, then the wait that orders it after the rank's previous run (no refusal past
+ * this point touches the device). */
+static agmm_status run_refusal(agmm_plan *p, agmm_op op, const void *io, void *stream)
 {
-    if (p == NULL)
-        return AGMM_ERR_INVALID_ARG;
     agmm_ctx *ctx = p->ctx;
     agmm_error *err = agmm_ctx_err(ctx);
-    agmm_error_clear(err); /* agmm_last_error describes this call, not an older one */
     if (p->op != op)
         return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "plan is for %s: run it with agmm_%s, not agmm_%s",
                          agmm_op_name(p->op), agmm_op_name(p->op), agmm_op_name(op));
@@ -158,8 +158,6 @@ static agmm_status plan_run(agmm_plan *p, agmm_op op, const void *io, void *stre
         return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "io is NULL");
     const agmm_op_type *type = agmm_op_type_of(op);
     const void *input = type->input_of(io);
-    p->in = p->input;
-    p->in_offset = 0;
     if (input != NULL) {
         const agmm_symm_buf *buf = agmm_symm_user_find(ctx, input, p->input->bytes);
         if (buf == NULL)
@@ -189,10 +187,30 @@ static agmm_status plan_run(agmm_plan *p, agmm_op op, const void *io, void *stre
         /* Runs of a rank follow each other on the device, whatever streams they are on (agmm.h). */
         if (st == AGMM_SUCCESS)
             st = agmm_gpu_order_run(ctx, (cudaStream_t)stream);
-        if (st != AGMM_SUCCESS)
-            return st;
     }
+#else
+    (void)stream;
 #endif
+    return st;
+}
+
+static agmm_status plan_run(agmm_plan *p, agmm_op op, const void *io, void *stream)
+{
+    if (p == NULL)
+        return AGMM_ERR_INVALID_ARG;
+    agmm_ctx *ctx = p->ctx;
+    agmm_error *err = agmm_ctx_err(ctx);
+    agmm_error_clear(err); /* agmm_last_error describes this call, not an older one */
+    /* Until the io says otherwise, the run's input is the plan's own. */
+    p->in = p->input;
+    p->in_offset = 0;
+    agmm_status st = run_refusal(p, op, io, stream);
+    /* AGMM_CHECK_RUNS=1: every rank's verdict and what it runs, compared before anything is
+     * enqueued (run_check.c); a refusal anywhere is then a refusal everywhere, in step. */
+    if (p->check_runs)
+        st = agmm_run_agree(p, st);
+    if (st != AGMM_SUCCESS)
+        return st;
     /* Every check that can refuse a call is above: from here on the ranks' epochs and barrier
      * counts move together, and a failure leaves this rank out of step for good (a later barrier
      * could otherwise pass on a peer's older arrival). */

@@ -111,11 +111,13 @@ agmm_status agmm_symm_alloc(agmm_ctx *ctx, size_t bytes, agmm_symm_buf **out)
     if (buf == NULL)
         return AGMM_FAIL(agmm_ctx_err(ctx), AGMM_ERR_NO_MEMORY, "symmetric buffer record allocation failed");
     buf->bytes = bytes;
-    agmm_status st = agmm_symm_state_of(ctx)->impl->alloc(ctx, buf);
+    agmm_symm_state *state = agmm_symm_state_of(ctx);
+    agmm_status st = state->impl->alloc(ctx, buf);
     if (st != AGMM_SUCCESS) {
         free(buf);
         return st;
     }
+    buf->serial = ++state->allocs;
     *out = buf;
     return AGMM_SUCCESS;
 }

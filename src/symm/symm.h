@@ -28,6 +28,9 @@ typedef struct agmm_symm_buf {
     void *peer[AGMM_MAX_RANKS];    /* every rank's buffer, addressable from this rank */
     void **d_peer;                 /* the same table in device memory; NULL in the CPU world */
     size_t bytes;
+    uint64_t serial;               /* the rank's symmetric allocations so far, this one included:
+                                      allocations are collective and agreed, so one allocation has
+                                      the same serial on every rank (the run check compares them) */
     void *impl;                    /* implementation's own state */
 } agmm_symm_buf;
 

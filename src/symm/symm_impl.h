@@ -37,6 +37,7 @@ typedef struct {
     uint32_t barrier_epoch;    /* host barriers this rank has entered (GPU barriers count on the device) */
     agmm_symm_buf **user;      /* the caller's buffers, in allocation order */
     int nuser, user_cap;
+    uint64_t allocs;           /* allocations made, the source of agmm_symm_buf.serial */
 } agmm_symm_state;
 
 static inline agmm_symm_state *agmm_symm_state_of(const agmm_ctx *ctx)

@@ -66,6 +66,9 @@ const char *agmm_world_lacks(const agmm_world *world, unsigned cap);
  * failure's message (in a process world, peers learn it too and fail at once as well). */
 agmm_status agmm_host_exchange(agmm_ctx *ctx, const void *mine, size_t bytes, void *all);
 agmm_status agmm_host_barrier(agmm_ctx *ctx);
+/* The host collectives this rank has entered: equal on every rank while they are in step, so the
+ * value right after a collective call names that call alike on every rank (a plan's number). */
+uint32_t agmm_ctx_host_seq(const agmm_ctx *ctx);
 
 /* Agreement on a collective step: every rank passes the status of its own part (with the detail
  * in its error record) and every rank gets the same answer: AGMM_SUCCESS if every rank

@@ -389,6 +389,7 @@ agmm_error *agmm_ctx_err(agmm_ctx *ctx) { return &ctx->err; }
 agmm_error *agmm_ctx_out_of_step(agmm_ctx *ctx) { return &ctx->out_of_step; }
 void *agmm_ctx_symm_state(const agmm_ctx *ctx) { return ctx->symm; }
 void agmm_ctx_set_symm_state(agmm_ctx *ctx, void *state) { ctx->symm = state; }
+uint32_t agmm_ctx_host_seq(const agmm_ctx *ctx) { return ctx->host_seq; }
 void *agmm_ctx_api_state(const agmm_ctx *ctx) { return ctx->api; }
 void agmm_ctx_set_api_state(agmm_ctx *ctx, void *state) { ctx->api = state; }
 
