@@ -16,8 +16,8 @@ import sys
 
 from . import __version__, _core, _deps, _lib
 
-_ENV = ("AGMM_LIBRARY", "AGMM_LOG", "AGMM_TUNE", "CUDA_VISIBLE_DEVICES", "NCCL_NVLS_ENABLE", "LD_LIBRARY_PATH",
-        "LD_PRELOAD")
+_ENV = ("AGMM_LIBRARY", "AGMM_LOG", "AGMM_TUNE", "AGMM_CHECK_RUNS", "CUDA_VISIBLE_DEVICES", "NCCL_NVLS_ENABLE",
+        "LD_LIBRARY_PATH", "LD_PRELOAD")
 
 
 def _installed(name):
