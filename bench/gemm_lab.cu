@@ -21,9 +21,12 @@
  * --lt-clusters adds to the yardstick each heuristic algorithm with its cluster shape forced to
  * 1x1, 2x1, 1x2 and 2x2 (where cuBLASLt accepts it): the heuristic offers only AUTO clusters, and
  * torch.matmul beat the best of them by up to 20% on some shapes (docs/results, 2026-12-04).
+ * --max-ctas N gives every engine plan an SM budget of N CTAs (0: every SM): whether a config's
+ * rate per CTA rises when fewer SMs share the L2 says whether the L2's total bandwidth or
+ * something of each SM's own (its intake, its pipeline's latency) bounds it.
  *
  *   gemm-lab [--w 1,2,4,8] [--min 256] [--max 4096] [--step 128] [--no-models] [--shapes-file F]
- *            [--list-shapes] [--configs -1] [--algos 16] [--lt-clusters] [--ws-mib 64] [--reps 20]
+ *            [--list-shapes] [--configs -1] [--algos 16] [--lt-clusters] [--ws-mib 64] [--max-ctas 0] [--reps 20]
  *            [--warmup 3] [--layout col|row] [--no-flush] [--csv file]
  */
 #include <cublasLt.h>
@@ -109,6 +112,7 @@ typedef struct {
     int nshapes;
     int configs[MAX_VARIANTS], nconfigs;
     int algos, reps, warmup, flush, list, lt_clusters;
+    int max_ctas;               /* the engine's SM budget (0: every SM) */
     size_t ws_bytes;
     agmm_layout layout;
     const char *csv;
@@ -344,6 +348,7 @@ static int run_shape(lab *L, const options *o, FILE *csv, const shape *s)
         d.nranks = 1;
         d.splits = 1;
         d.config = o->configs[i];
+        d.max_ctas = o->max_ctas;
         agmm_error err = {};
         variant *x = &v[nv];
         if (agmm_gemm_plan_create(&x->plan, &d, &err) != AGMM_SUCCESS) {
@@ -507,8 +512,8 @@ static void read_shapes(options *o, int *cap, const char *path)
 static void usage(void)
 {
     fprintf(stderr, "usage: gemm-lab [--w 1,2,4,8] [--min M] [--max M] [--step S] [--no-models] [--shapes-file F] "
-                    "[--list-shapes] [--configs -1,0,.. | all] [--algos N] [--lt-clusters] [--ws-mib N] [--reps N] "
-                    "[--warmup N] [--layout col|row] [--no-flush] [--csv F]\n");
+                    "[--list-shapes] [--configs -1,0,.. | all] [--algos N] [--lt-clusters] [--ws-mib N] [--max-ctas N] "
+                    "[--reps N] [--warmup N] [--layout col|row] [--no-flush] [--csv F]\n");
     exit(2);
 }
 
@@ -571,6 +576,8 @@ static void parse(int argc, char **argv, options *o)
             o->algos = atoi(v), i++;
         else if (!strcmp(a, "--ws-mib"))
             o->ws_bytes = (size_t)atoll(v) << 20, i++;
+        else if (!strcmp(a, "--max-ctas"))
+            o->max_ctas = atoi(v), i++;
         else if (!strcmp(a, "--reps"))
             o->reps = atoi(v), i++;
         else if (!strcmp(a, "--warmup"))
