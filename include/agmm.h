@@ -400,7 +400,7 @@ void agmm_symmetric_free(agmm_ctx *ctx, void *ptr);
  * waited for. Collective: every rank runs its plans in the same order (streams and graphs: the
  * next section), io.input in the same buffer at the same offset; ranks that do not are not
  * detected by default (a timeout, or wrong data where two plans' runs pair up), but with
- * AGMM_CHECK_RUNS=1 at plan creation every run first compares them across ranks (one host exchange)
+ * AGMM_CHECK_RUNS=1 when the world is made every run first compares them across ranks (one host exchange)
  * and fails every rank with AGMM_ERR_INVALID_ARG naming the rank that differs. io and its buffers are the caller's; nothing is kept after the call but what a
  * graph capture records. A missing peer surfaces as AGMM_ERR_TIMEOUT from agmm_ctx_sync or from a
  * later run; after any failed run the rank is out of step with its peers and every later run

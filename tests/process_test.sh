@@ -3,7 +3,7 @@
 # of agmm-proctest or agmm-bench with torchrun's variables set by hand (RANK, WORLD_SIZE,
 # LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), and with mpirun where it is installed.
 #   - 2, 3 and 4 processes: every backend exact on odd shapes, all_reduce_rmsnorm's on T not
-#     divisible by W (agmm-proctest); agmm-bench's table on rank 0 only, nothing from the other
+#     divisible by W (agmm-proctest; 3 processes with AGMM_CHECK_RUNS=1, every run checked); agmm-bench's table on rank 0 only, nothing from the other
 #     ranks, exit 0 everywhere;
 #   - ranks that claim different hosts: only the backends needing no peer memory, auto = nccl;
 #   - faults: a rank killed with SIGKILL mid-sweep, a rank that never starts: every other rank
@@ -23,17 +23,21 @@ label=proc
 # ---- correctness: every backend, odd shapes, 2..4 processes ----
 
 for n in 2 3 4; do
-    start "$n" "$(seq 0 $((n - 1)))" -- "$proctest" --world cpu
+    # 3 processes with the run check (AGMM_CHECK_RUNS=1): every run above checked, and its own case
+    checked=()
+    [ "$n" -eq 3 ] && checked=(env AGMM_CHECK_RUNS=1)
+    start "$n" "$(seq 0 $((n - 1)))" "${checked[@]}" -- "$proctest" --world cpu
     finish
     ok=0 detail=""
     for r in $(seq 0 $((n - 1))); do
         line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$OUT.$r.out" | tail -n 1)
         [ "${RC[$r]}" -eq 0 ] && [[ "$line" == *" 0 failed"* ]] && [ "${line%% *}" -ge 60 ] &&
             [ "$(grep -c '^PASS rank [0-9]*: all_reduce_rmsnorm/' "$OUT.$r.out")" -eq 12 ] || ok=1
+        [ "$n" -ne 3 ] || [ "$(grep -c "^PASS rank $r of 3 processes: all_reduce/.* with AGMM_CHECK_RUNS=1" "$OUT.$r.out")" -eq 1 ] || ok=1
         detail="$detail rank $r: exit ${RC[$r]}, ${line:-no summary};"
         grep '^FAIL' "$OUT.$r.out" | head -n 3
     done
-    check "agmm-proctest, $n processes (torchrun variables): every backend exact on M=1,7,129 N=8,264 K=8,72, all_reduce n=1,7,129,4093, matmul_reduce_scatter and matmul_all_reduce M=1,7,130 N=8,33 K=8,72, all_reduce_rmsnorm T=1,n-1,2n+1,7 (12 checks) ($detail)" $ok
+    check "agmm-proctest, $n processes (torchrun variables$([ "$n" -eq 3 ] && echo ", AGMM_CHECK_RUNS=1: every run checked, and a rank whose io.input is elsewhere refused on every rank")): every backend exact on M=1,7,129 N=8,264 K=8,72, all_reduce n=1,7,129,4093, matmul_reduce_scatter and matmul_all_reduce M=1,7,130 N=8,33 K=8,72, all_reduce_rmsnorm T=1,n-1,2n+1,7 (12 checks) ($detail)" $ok
 done
 
 shapes=()

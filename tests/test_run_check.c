@@ -3,7 +3,8 @@
  * another offset or in another buffer, or whose own check refuses its io, fails every rank with
  * the same status, naming it, and a correct run right after is exact on every rank (the ranks
  * stayed in step). With the check, each run makes exactly one host collective; without it, none
- * (the check is what costs, and only when asked for). */
+ * (the check is what costs, and only when asked for); an `auto` plan measures its candidates
+ * without it and is checked itself. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,11 +18,12 @@
 #define N 257
 #define OFF 1088 /* io.input's offset in the caller's buffer: 16-byte aligned, past N floats */
 
-typedef enum { RC_AGREE, RC_OTHER_PLAN, RC_OFFSET, RC_BUFFER, RC_REFUSED, RC_COUNT } rc_case;
+typedef enum { RC_AGREE, RC_OTHER_PLAN, RC_RANK0, RC_OFFSET, RC_BUFFER, RC_REFUSED, RC_COUNT } rc_case;
 
 static const char *const rc_what[RC_COUNT] = {
     "every rank runs plan 1 on io.input at the same offset of the same buffer",
     "rank 1 runs plan 2, the others plan 1",
+    "rank 0 runs plan 2, the others plan 1",
     "rank 2's io.input is at offset 0, the others' at the agreed offset",
     "rank 1's io.input is in another symmetric buffer",
     "rank 1's io.out is NULL (its own check refuses the call)",
@@ -29,11 +31,14 @@ static const char *const rc_what[RC_COUNT] = {
 
 typedef struct {
     rc_case c;
+    int use_auto;                 /* plan 1 is "auto", measured (AGMM_TUNE=1) */
     const char *names[2];         /* plan 1's and plan 2's all_reduce backends (rank 0's) */
     agmm_status st[W], after[W];
     char msg[W][AGMM_ERROR_LEN];
     int exact[W], after_exact[W];
     uint32_t collectives[W];      /* host collectives of the correct run after the case */
+    uint32_t plan_collectives[W]; /* host collectives of plan 1's creation */
+    char chose[16];               /* plan 1's backend (rank 0's) */
 } rc_job;
 
 /* rank r's vector: small integers, so every sum is exact in fp32 */
@@ -82,8 +87,13 @@ static agmm_status rc_rank(agmm_ctx *ctx, void *arg)
     if (st == AGMM_SUCCESS)
         st = agmm_symmetric_alloc(ctx, OFF + N * 4, &other);
     for (int p = 0; p < 2 && st == AGMM_SUCCESS; p++) {
-        agmm_all_reduce_desc d = {.n = N, .dtype = AGMM_DTYPE_F32, .backend = names[p]};
+        const uint32_t at = agmm_ctx_host_seq(ctx);
+        agmm_all_reduce_desc d = {.n = N, .dtype = AGMM_DTYPE_F32, .backend = p == 0 && job->use_auto ? "auto" : names[p]};
         st = agmm_plan_all_reduce(&plan[p], ctx, &d);
+        if (p == 0)
+            job->plan_collectives[rank] = agmm_ctx_host_seq(ctx) - at;
+        if (p == 0 && rank == 0 && st == AGMM_SUCCESS)
+            snprintf(job->chose, sizeof job->chose, "%s", agmm_plan_backend(plan[0]));
     }
     if (st != AGMM_SUCCESS) {
         snprintf(job->msg[rank], sizeof job->msg[rank], "set-up: %s", agmm_last_error(ctx));
@@ -100,7 +110,7 @@ static agmm_status rc_rank(agmm_ctx *ctx, void *arg)
 
     agmm_all_reduce_io io = {.out = out, .input = (char *)sym + OFF};
     agmm_plan *mine = plan[0];
-    if (job->c == RC_OTHER_PLAN && rank == 1)
+    if ((job->c == RC_OTHER_PLAN && rank == 1) || (job->c == RC_RANK0 && rank == 0))
         mine = plan[1];
     if (job->c == RC_OFFSET && rank == 2)
         io.input = sym;
@@ -129,10 +139,16 @@ done:
 }
 
 /* Runs case c with AGMM_CHECK_RUNS at `check` ("1", or NULL: unset) while the plans are made. */
-static rc_job *run_case(rc_case c, const char *check)
+static rc_job *run_case(rc_case c, const char *check, int use_auto)
 {
     rc_job *job = calloc(1, sizeof *job);
     job->c = c;
+    job->use_auto = use_auto;
+    if (use_auto) { /* measured, one timed run per candidate, nothing cached between the cases */
+        setenv("AGMM_TUNE", "1", 1);
+        setenv("AGMM_TUNE_RUNS", "1", 1);
+        setenv("AGMM_TUNE_CACHE", "", 1);
+    }
     if (check)
         setenv("AGMM_CHECK_RUNS", check, 1);
     else
@@ -143,6 +159,9 @@ static rc_job *run_case(rc_case c, const char *check)
         agmm_world_destroy(world);
     }
     unsetenv("AGMM_CHECK_RUNS");
+    unsetenv("AGMM_TUNE");
+    unsetenv("AGMM_TUNE_RUNS");
+    unsetenv("AGMM_TUNE_CACHE");
     return job;
 }
 
@@ -159,9 +178,9 @@ static int in_step(const rc_job *job, uint32_t per_run)
 void test_run_check(void)
 {
     for (rc_case c = 0; c < RC_COUNT; c++) {
-        rc_job *job = run_case(c, "1");
+        rc_job *job = run_case(c, "1", 0);
         int ok = 1, same = 1;
-        const int culprit = c == RC_OFFSET ? 2 : 1;
+        const int culprit = c == RC_OFFSET ? 2 : 1; /* the rank the message names beside rank 0 */
         char needle[64];
         snprintf(needle, sizeof needle, "rank %d runs all_reduce/", culprit);
         for (int r = 0; r < W; r++) {
@@ -172,22 +191,29 @@ void test_run_check(void)
             ok &= job->st[r] == AGMM_ERR_INVALID_ARG;
             if (c == RC_REFUSED) {
                 /* rank 1 keeps its own message; the others quote it */
-                const char *detail = strstr(job->msg[1], "out");
-                ok &= detail != NULL && (r == 1 || (strstr(job->msg[r], "rank 1: ") && strstr(job->msg[r], detail)));
+                const char *detail = strstr(job->msg[1], "io->out");
+                ok &= detail != NULL &&
+                      (r == 1 || (strstr(job->msg[r], "run check: rank 1 refused its call: ") && strstr(job->msg[r], detail)));
             } else {
-                ok &= strstr(job->msg[r], needle) != NULL && strstr(job->msg[r], "AGMM_CHECK_RUNS=1") != NULL;
+                ok &= strstr(job->msg[r], needle) != NULL && strstr(job->msg[r], "run check: rank 0 runs ") != NULL;
                 same &= strcmp(job->msg[r], job->msg[0]) == 0;
             }
         }
-        if (c == RC_OTHER_PLAN)
+        if (c == RC_OTHER_PLAN || c == RC_RANK0)
             ok &= job->names[1] && strstr(job->msg[0], job->names[0]) && strstr(job->msg[0], job->names[1]);
+        if (c == RC_OTHER_PLAN || c == RC_BUFFER)
+            ok &= strstr(job->msg[0], "(rank 1 differs from rank 0)") != NULL;
+        if (c == RC_RANK0) /* the odd one is rank 0: the message says the others agree */
+            ok &= strstr(job->msg[0], "(ranks 1 and 2 differ from rank 0)") != NULL;
         if (c == RC_OFFSET)
-            ok &= strstr(job->msg[0], "at offset 0 of") && strstr(job->msg[0], "at offset 1088 of");
+            ok &= strstr(job->msg[0], "at byte 0 of") && strstr(job->msg[0], "at byte 1088 of") &&
+                  strstr(job->msg[0], "(rank 2 differs from rank 0)");
         if (c == RC_BUFFER) {
-            /* the same offset in two different allocations */
-            const char *a = strstr(job->msg[0], "at offset 1088 of symmetric allocation ");
-            const char *b = a ? strstr(a + 1, "at offset 1088 of symmetric allocation ") : NULL;
-            ok &= a && b && atoi(a + 39) != atoi(b + 39);
+            /* the same offset in two different buffers */
+            static const char at[] = "at byte 1088 of agmm_symmetric_alloc buffer ";
+            const char *a = strstr(job->msg[0], at);
+            const char *b = a ? strstr(a + 1, at) : NULL;
+            ok &= a && b && atoi(a + strlen(at)) == 1 && atoi(b + strlen(at)) == 2;
         }
         agmm_check(ok && same, "run check, %d ranks: %s: %s on every rank%s (rank 0: \"%s\"; rank %d: \"%s\")", W,
                    rc_what[c], c == RC_AGREE ? "exact sums" : "AGMM_ERR_INVALID_ARG naming the rank",
@@ -200,9 +226,32 @@ void test_run_check(void)
         free(job);
     }
 
+    /* auto, measuring its candidates (which it runs without the check: they run in lockstep anyway,
+     * and the check's exchange would add to the times it compares): the plan is made, and its runs
+     * are checked. */
+    /* Which backend auto takes depends on the times, and backends differ in the host collectives
+     * of their creation: compare two worlds that took the same one. */
+    rc_job *job = NULL, *unchecked = NULL;
+    for (int tries = 0; tries < 4 && (job == NULL || strcmp(job->chose, unchecked->chose) != 0); tries++) {
+        free(job);
+        free(unchecked);
+        job = run_case(RC_AGREE, "1", 1);
+        unchecked = run_case(RC_AGREE, NULL, 1);
+    }
+    int ok = in_step(job, 1) && in_step(unchecked, 0) && strcmp(job->chose, unchecked->chose) == 0;
+    for (int r = 0; r < W; r++)
+        ok &= job->st[r] == AGMM_SUCCESS && job->exact[r] && job->plan_collectives[r] == unchecked->plan_collectives[r];
+    agmm_check(ok, "run check with auto (AGMM_TUNE=1): the plan (%s; without the check %s) is made with as many host "
+               "collectives as without the check (%u and %u: its candidates' runs are not checked), and its runs "
+               "are exact and make one host collective each (%u, %u, %u; rank 0: \"%s\")",
+               job->chose, unchecked->chose, job->plan_collectives[0], unchecked->plan_collectives[0],
+               job->collectives[0], job->collectives[1], job->collectives[2], job->msg[0]);
+    free(unchecked);
+    free(job);
+
     /* Off (the default): no host collective per run. */
-    rc_job *job = run_case(RC_AGREE, NULL);
-    int ok = in_step(job, 0);
+    job = run_case(RC_AGREE, NULL, 0);
+    ok = in_step(job, 0);
     for (int r = 0; r < W; r++)
         ok &= job->st[r] == AGMM_SUCCESS && job->exact[r];
     agmm_check(ok, "run check off (AGMM_CHECK_RUNS unset): runs are exact and make no host collective (%u, %u, %u)",

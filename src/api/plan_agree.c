@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "api.h"
-#include "../core/knobs.h"
 #include "../core/text.h"
 
 /* One rank's entry: one host exchange slot (AGMM_HOST_SLOT_BYTES, in every world: threads,
@@ -19,7 +18,7 @@ typedef struct {
     uint64_t staging_bytes;
     uint64_t avail_bytes;       /* what the rank's pool has left */
     int32_t sharers, gpu;       /* ranks drawing on that pool; 1: a GPU's memory */
-    int32_t check_runs;         /* AGMM_CHECK_RUNS=1 (rank 0's counts) */
+    int32_t check_runs;         /* AGMM_CHECK_RUNS=1 when the world was made (rank 0's counts) */
     char source[72];            /* what bounds avail_bytes */
 } digest;
 
@@ -42,12 +41,7 @@ static void fill(const agmm_plan *p, uint64_t input_bytes, digest *d)
     d->sharers = pool.sharers;
     d->gpu = pool.gpu;
     memcpy(d->source, pool.source, sizeof d->source);
-    /* World creation refused a bad value already; one set since reads as its default here. */
-    agmm_knob_value check;
-    agmm_error ignored;
-    agmm_error_clear(&ignored);
-    agmm_knob_read(AGMM_KNOB_CHECK_RUNS, &check, &ignored);
-    d->check_runs = check.choice == 1;
+    d->check_runs = agmm_ctx_info(p->ctx)->check_runs;
 }
 
 static uint64_t need_of(const digest *d) { return d->symmetric_bytes + d->workspace_bytes + d->staging_bytes; }

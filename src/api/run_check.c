@@ -24,7 +24,8 @@
 #define RUN_BYTES (AGMM_HOST_SLOT_BYTES - 8)
 typedef struct {
     int32_t status;             /* this rank's verdict on its call so far */
-    int32_t own;                /* 1: the input is the plan's own buffer */
+    int32_t buffer;             /* io.input's buffer among the caller's (agmm_symm_user_index); 0: the
+                                   plan's own input, or none */
     uint32_t plan, run;         /* the plan's number (agmm_plan.number), this run's (its epoch) */
     uint64_t in_serial;         /* the input's symmetric allocation (agmm_symm_buf.serial); 0: none */
     uint64_t in_offset;         /* io.input's offset in it */
@@ -44,25 +45,29 @@ static void fill(const agmm_plan *p, agmm_status mine, run_digest *d)
     d->run = p->epoch + 1;
     d->in_serial = p->in ? p->in->serial : 0;
     d->in_offset = p->in_offset;
-    d->own = p->in != NULL && p->in == p->input;
+    d->buffer = p->in != NULL && p->in != p->input ? agmm_symm_user_index(p->ctx, p->in) : 0;
     size_t used = agmm_format(d->what, sizeof d->what, "%s/%s ", agmm_op_name(p->op), p->backend->name);
     agmm_op_type_of(p->op)->describe(p, d->what + used, sizeof d->what - used);
 }
 
-/* "ag_matmul/ce M=64 N=32 K=16 b_layout=col splits=1 (plan id 12, its run 3) on its own input".
- * The ids are the rank's count of collective steps at the plan's creation and of symmetric
- * allocations at the buffer's: equal on every rank for one plan or buffer, and nothing else. */
+static int same_run(const run_digest *a, const run_digest *b)
+{
+    return a->plan == b->plan && a->run == b->run && a->in_serial == b->in_serial && a->in_offset == b->in_offset;
+}
+
+/* "ag_matmul/ce M=64 N=32 K=16 b_layout=col splits=1, run 3 of the plan made at step 12, io.input
+ * at byte 1088 of agmm_symmetric_alloc buffer 2". A plan is named by the rank's count of
+ * collective calls when it was made, a buffer by its place among the caller's live ones: the same
+ * on every rank for one plan or buffer. */
 static void say(const run_digest *d, char *buf, size_t len)
 {
-    char in[96];
-    if (d->in_serial == 0)
-        agmm_format(in, sizeof in, "with no symmetric input");
-    else if (d->own)
-        agmm_format(in, sizeof in, "on its own input");
+    char in[80];
+    if (d->buffer > 0)
+        agmm_format(in, sizeof in, ", io.input at byte %llu of agmm_symmetric_alloc buffer %d",
+                    (unsigned long long)d->in_offset, d->buffer);
     else
-        agmm_format(in, sizeof in, "on io.input at offset %llu of symmetric allocation %llu",
-                    (unsigned long long)d->in_offset, (unsigned long long)d->in_serial);
-    agmm_format(buf, len, "%s (plan id %u, its run %u) %s", d->what, d->plan, d->run, in);
+        in[0] = '\0';
+    agmm_format(buf, len, "%s, run %u of the plan made at step %u%s", d->what, d->run, d->plan, in);
 }
 
 agmm_status agmm_run_agree(agmm_plan *p, agmm_status mine)
@@ -75,23 +80,33 @@ agmm_status agmm_run_agree(agmm_plan *p, agmm_status mine)
         return AGMM_FAIL(err, AGMM_ERR_NO_MEMORY, "run digests of %d ranks: allocation failed", nranks);
     fill(p, mine, &me);
     agmm_status st = agmm_host_exchange(ctx, &me, sizeof me, all);
-    /* A rank that refused keeps its own error; the others take the first refusing rank's. */
-    if (st == AGMM_SUCCESS && mine != AGMM_SUCCESS)
-        st = mine;
+    /* A rank that refused keeps its own status and error, whatever the exchange gave; the others
+     * take the first refusing rank's. */
+    if (mine != AGMM_SUCCESS) {
+        free(all);
+        return mine;
+    }
     for (int r = 0; st == AGMM_SUCCESS && r < nranks; r++)
         if (all[r].status != AGMM_SUCCESS)
-            st = AGMM_FAIL(err, (agmm_status)all[r].status, "rank %d: %s", r, all[r].why);
-    for (int r = 1; st == AGMM_SUCCESS && r < nranks; r++) {
-        const run_digest *a = &all[0], *b = &all[r];
-        if (a->plan == b->plan && a->run == b->run && a->in_serial == b->in_serial && a->in_offset == b->in_offset)
-            continue;
-        char ours[300], theirs[300];
-        say(a, ours, sizeof ours);
-        say(b, theirs, sizeof theirs);
+            st = AGMM_FAIL(err, (agmm_status)all[r].status, "run check: rank %d refused its call: %s", r,
+                           all[r].why);
+    uint64_t differ = 0;
+    int first = -1;
+    for (int r = 1; st == AGMM_SUCCESS && r < nranks; r++)
+        if (!same_run(&all[0], &all[r])) {
+            differ |= (uint64_t)1 << r;
+            if (first < 0)
+                first = r;
+        }
+    if (differ) {
+        char ours[240], theirs[240], who[96];
+        say(&all[0], ours, sizeof ours);
+        say(&all[first], theirs, sizeof theirs);
+        agmm_format_ranks(who, sizeof who, differ);
         st = AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
-                       "run check (AGMM_CHECK_RUNS=1): rank 0 runs %s; rank %d runs %s: every rank runs the same plans "
-                       "in the same order, with io.input in the same symmetric allocation at the same offset",
-                       ours, r, theirs);
+                       "run check: rank 0 runs %s; rank %d runs %s (%s differ%s from rank 0): the ranks must run the "
+                       "same plans in the same order, io.input at the same place",
+                       ours, first, theirs, who, differ & (differ - 1) ? "" : "s");
     }
     free(all);
     return st;

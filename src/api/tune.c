@@ -352,6 +352,10 @@ static agmm_status measure_one(session *se, const agmm_backend *b, double share_
     agmm_plan *p = NULL;
     double agreed = -1, *t = se->times;
     agmm_status st = se->type->plan_with(&p, ctx, se->desc, b->name), ast;
+    /* The candidates run in lockstep by construction (agree_max); a run check's exchange would only
+     * add its cost to the times that auto compares and caches. */
+    if (p != NULL)
+        p->check_runs = 0;
     *us = -1;
     ast = agree_max(ctx, st == AGMM_SUCCESS ? 0.0 : -1.0, &agreed);
     if (ast == AGMM_SUCCESS && agreed < 0) {

@@ -90,7 +90,7 @@ struct agmm_plan {
     uint32_t epoch;                /* runs so far, this one included; equal on every rank */
     uint32_t number;               /* the host collectives its rank had entered when it was made:
                                       the same plan's on every rank, another plan's elsewhere */
-    int check_runs;                /* AGMM_CHECK_RUNS=1 as rank 0 had it at creation (run_check.c) */
+    int check_runs;                /* AGMM_CHECK_RUNS=1 as rank 0's world had it (run_check.c) */
     agmm_fault fault;              /* AGMM_FAULT as it was at plan creation (its run point) */
     void *state;                   /* the implementation's own */
 };

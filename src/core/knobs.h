@@ -51,8 +51,9 @@ typedef enum {
       "than cuBLASLt on every decode shape measured), force wherever it applies (tests, measurement)")               \
     X(CHECK_RUNS, AGMM_KNOB_CHOICE, "0", "0|1", 0, 0,                                                               \
       "1: before every run the ranks compare which plan they run, its run count and where its input is, in one "     \
-      "host exchange per run, and all fail naming the rank that differs (for debugging; rank 0's value at plan "     \
-      "creation counts; a capture is checked as it is captured, not at replay)")                                     \
+      "host exchange per run, and all fail naming the rank that differs (for debugging; rank 0's value when the "    \
+      "world is made counts; a capture is checked as it is captured; across hosts the exchange goes through NCCL "   \
+      "and waits for the rank's previous run, so capture with it unset there)")                                      \
     X(FAULT, AGMM_KNOB_TEXT, "none", "rank=R,at=POINT,action=ACTION[,ms=N]", 0, 0,                                    \
       "injects a fault into one rank, for tests (README, \"Fault injection\")")                                       \
     X(JOB_ID, AGMM_KNOB_TEXT, "the launcher's job", "text of at most 243 bytes", 0, 0,                               \

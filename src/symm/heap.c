@@ -79,6 +79,15 @@ const agmm_symm_buf *agmm_symm_user_find(const agmm_ctx *ctx, const void *ptr, s
     return NULL;
 }
 
+int agmm_symm_user_index(const agmm_ctx *ctx, const agmm_symm_buf *buf)
+{
+    const agmm_symm_state *state = agmm_symm_state_of(ctx);
+    for (int i = 0; i < state->nuser; i++)
+        if (state->user[i] == buf)
+            return i + 1;
+    return 0;
+}
+
 agmm_status agmm_symm_user_free(agmm_ctx *ctx, void *ptr)
 {
     agmm_symm_state *state = agmm_symm_state_of(ctx);

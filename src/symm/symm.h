@@ -56,6 +56,9 @@ void agmm_symm_free(agmm_ctx *ctx, agmm_symm_buf *buf);
 agmm_status agmm_symm_user_alloc(agmm_ctx *ctx, size_t bytes, agmm_symm_buf **buf);
 /* The caller's buffer holding all of [ptr, ptr + bytes), or NULL. */
 const agmm_symm_buf *agmm_symm_user_find(const agmm_ctx *ctx, const void *ptr, size_t bytes);
+/* buf's place among the caller's live buffers in allocation order (1: the oldest; the same on every
+ * rank, as allocation and free are collective), or 0 if buf is not one of them. */
+int agmm_symm_user_index(const agmm_ctx *ctx, const agmm_symm_buf *buf);
 /* Frees the caller's buffer that starts at ptr; AGMM_ERR_INVALID_ARG (before any collective step)
  * if no buffer starts there. */
 agmm_status agmm_symm_user_free(agmm_ctx *ctx, void *ptr);

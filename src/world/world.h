@@ -36,6 +36,7 @@ typedef struct {
     double timeout_s;          /* bound on every wait for a peer */
     unsigned caps;             /* AGMM_CAP_* of the world */
     int log_level;             /* AGMM_LOG_* threshold */
+    int check_runs;            /* AGMM_CHECK_RUNS=1 when the world was made (plans take rank 0's) */
 } agmm_rank_info;
 
 const agmm_rank_info *agmm_ctx_info(const agmm_ctx *ctx);

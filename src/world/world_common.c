@@ -75,10 +75,12 @@ agmm_status agmm_world_alloc(double timeout_s, agmm_world **out, agmm_error *err
 {
     *out = NULL;
     /* Every knob is read here first, so a bad value fails the world at once, naming it. */
-    agmm_knob_value timeout;
+    agmm_knob_value timeout, check;
     agmm_status st = agmm_knobs_check(err);
     if (st == AGMM_SUCCESS)
         st = agmm_knob_read(AGMM_KNOB_TIMEOUT_S, &timeout, err);
+    if (st == AGMM_SUCCESS)
+        st = agmm_knob_read(AGMM_KNOB_CHECK_RUNS, &check, err);
     if (st != AGMM_SUCCESS)
         return st;
     agmm_world *w = calloc(1, sizeof *w);
@@ -86,6 +88,7 @@ agmm_status agmm_world_alloc(double timeout_s, agmm_world **out, agmm_error *err
         return AGMM_FAIL(err, AGMM_ERR_NO_MEMORY, "world allocation failed");
     w->timeout_s = timeout_s > 0 ? timeout_s : timeout.number;
     w->log_level = agmm_log_level_from_env();
+    w->check_runs = check.choice == 1;
     pthread_mutex_init(&w->broken_mu, NULL);
     *out = w;
     return AGMM_SUCCESS;
@@ -356,6 +359,7 @@ agmm_status agmm_rank_create(agmm_ctx **out, agmm_world *w, int rank)
     ri->timeout_s = w->timeout_s;
     ri->caps = w->caps;
     ri->log_level = w->log_level;
+    ri->check_runs = w->check_runs;
     agmm_status st = AGMM_SUCCESS;
     if (w->kind != AGMM_WORLD_CPU)
         st = agmm_gpu_rank_create(ctx);

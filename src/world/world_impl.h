@@ -47,6 +47,7 @@ struct agmm_world {
     char lacks_peer[256];      /* why AGMM_CAP_PEER_MEMORY is missing */
     double timeout_s;          /* bound on every wait for a peer */
     int log_level;
+    int check_runs;            /* AGMM_CHECK_RUNS=1 when the world was made */
     int no_gpu_visible;        /* set by a GPU world that found no device (AUTO takes the CPU) */
     int processes;             /* 1: a process world (agmm_world_join): nlocal == 1 */
     int ranks_on_device;       /* process worlds: ranks of the world on this rank's device */
