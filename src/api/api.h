@@ -124,12 +124,13 @@ agmm_status agmm_plan_agree_request(agmm_ctx *ctx, agmm_op op, const void *desc,
 
 /* ---- the run check (run_check.c) ---- */
 
-/* Collective, for plans made with AGMM_CHECK_RUNS=1 (agmm_plan.check_runs), before a run enqueues
- * anything: exchanges every rank's verdict on its call (`mine`, the detail in its error record)
- * and what it is about to run (the plan's number and run, the input's symmetric allocation and
- * offset). A rank that refused keeps its own error and the others fail with the first refusing
- * rank's ("rank R: ..."); ranks that run different plans, runs or inputs get AGMM_ERR_INVALID_ARG
- * on every rank, naming both. The ranks stay in step either way. */
+/* Collective, for plans of a world made with AGMM_CHECK_RUNS=1 (agmm_plan.check_runs), before a run
+ * enqueues anything: exchanges every rank's verdict on its call (`mine`, the detail in its error
+ * record) and what it is about to run (the plan's number and run, the input's symmetric allocation
+ * and offset). A rank that refused keeps its own status and error, and the others fail with the
+ * first refusing rank's ("run check: rank R refused its call: ..."); ranks that run different
+ * plans, runs or inputs get AGMM_ERR_INVALID_ARG on every rank, naming rank 0's run, the first
+ * other one and every rank that differs from rank 0. The ranks stay in step either way. */
 agmm_status agmm_run_agree(agmm_plan *plan, agmm_status mine);
 
 /* ---- fault points (ctx.c) ---- */

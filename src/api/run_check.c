@@ -7,11 +7,12 @@
  * timeout, or, where two plans' runs happen to pair up (the nccl backends, a slow rank that later
  * runs the plan its peers ran), read each other's data at the wrong place and return wrong
  * results without an error. A rank whose own checks refused the call is an error on every rank
- * too (its message, prefixed "rank R: "), not a timeout at the peers' next meeting.
+ * too ("run check: rank R refused its call: ..."), not a timeout at the peers' next meeting.
  *
- * It costs one host exchange per run (microseconds in one process, more across processes and
- * hosts), so it is off unless asked for. A run captured into a CUDA graph is checked as it is
- * captured; replays repeat what the capture checked. */
+ * It costs one host exchange per run (microseconds in one process, more across processes, and
+ * across hosts a wait for the rank's previous run: host_nccl.c), so it is off unless asked for,
+ * when the world is made. A run captured into a CUDA graph is checked as it is captured; replays
+ * repeat what the capture checked. */
 #include <stdlib.h>
 #include <string.h>
 
