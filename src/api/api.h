@@ -122,6 +122,13 @@ agmm_status agmm_plan_agree(agmm_plan *plan, uint64_t input_bytes);
 agmm_status agmm_plan_agree_request(agmm_ctx *ctx, agmm_op op, const void *desc, const char *backend,
                                     agmm_status mine);
 
+/* Over a host exchange's slots (rank 0's at `all`, the others every `stride` bytes): the ranks
+ * whose slot `same` says differs from rank 0's, as a bit set, with *first the lowest of them, and
+ * in `who` their list with its verb ("rank 2 differs", "ranks 1 and 2 differ"; who_len bytes).
+ * Every rank reaches the same answer from the same slots. */
+uint64_t agmm_ranks_differing(const void *all, size_t stride, int nranks, int (*same)(const void *, const void *),
+                              int *first, char *who, size_t who_len);
+
 /* ---- the run check (run_check.c) ---- */
 
 /* Collective, for plans of a world made with AGMM_CHECK_RUNS=1 (agmm_plan.check_runs), before a run

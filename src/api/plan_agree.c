@@ -46,35 +46,38 @@ static void fill(const agmm_plan *p, uint64_t input_bytes, digest *d)
 
 static uint64_t need_of(const digest *d) { return d->symmetric_bytes + d->workspace_bytes + d->staging_bytes; }
 
-/* The ranks whose description differs from rank 0's, as a bit set; *first is the lowest of them.
- * what is rank 0's description; the others follow every stride bytes (one exchange slot each). */
-static uint64_t differ_from_rank0(const char *what, size_t stride, int nranks, int *first)
+uint64_t agmm_ranks_differing(const void *all, size_t stride, int nranks, int (*same)(const void *, const void *),
+                              int *first, char *who, size_t who_len)
 {
     uint64_t differ = 0;
     *first = -1;
     for (int r = 1; r < nranks; r++)
-        if (strcmp(what + (size_t)r * stride, what) != 0) {
+        if (!same(all, (const char *)all + (size_t)r * stride)) {
             differ |= (uint64_t)1 << r;
             if (*first < 0)
                 *first = r;
         }
+    if (differ) {
+        size_t used = agmm_format_ranks(who, who_len, differ);
+        agmm_format(who + used, who_len - used, " %s", differ & (differ - 1) ? "differ" : "differs");
+    }
     return differ;
 }
+
+/* Slots compared by their descriptions (the text that starts each: `what`). */
+static int same_what(const void *a, const void *b) { return strcmp(a, b) == 0; }
 
 /* Every rank runs this on the same table, so every rank returns the same status and message. */
 static agmm_status judge(agmm_ctx *ctx, const digest *all, int nranks)
 {
     agmm_error *err = agmm_ctx_err(ctx);
     int first;
-    uint64_t differ = differ_from_rank0(all[0].what, sizeof *all, nranks, &first);
-    if (differ) {
-        char who[96];
-        agmm_format_ranks(who, sizeof who, differ);
+    char who[112];
+    if (agmm_ranks_differing(all[0].what, sizeof *all, nranks, same_what, &first, who, sizeof who))
         return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
-                         "the ranks disagree on the plan: rank 0 has %s, rank %d has %s (%s differ%s from rank 0): "
-                         "every rank must pass the same descriptor and get the same backend",
-                         all[0].what, first, all[first].what, who, differ & (differ - 1) ? "" : "s");
-    }
+                         "the ranks disagree on the plan: rank 0 has %s, rank %d has %s (%s from rank 0): every "
+                         "rank must pass the same descriptor and get the same backend",
+                         all[0].what, first, all[first].what, who);
     for (int r = 0; r < nranks; r++) {
         agmm_mem_pool pool = {.avail_bytes = all[r].avail_bytes, .sharers = all[r].sharers, .gpu = all[r].gpu};
         memcpy(pool.source, all[r].source, sizeof pool.source);
@@ -149,19 +152,14 @@ agmm_status agmm_plan_agree_request(agmm_ctx *ctx, agmm_op op, const void *desc,
             agmm_error_clear(err);
             st = AGMM_FAIL(err, (agmm_status)all[r].status, "rank %d: %s", r, all[r].why);
         }
-    if (st == AGMM_SUCCESS) {
-        int first;
-        uint64_t differ = differ_from_rank0(all[0].what, sizeof *all, nranks, &first);
-        if (differ) {
-            char who[96];
-            agmm_format_ranks(who, sizeof who, differ);
-            st = AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
-                           "the ranks asked for different plans: rank 0 %s, rank %d %s (%s differ%s from rank 0): "
-                           "every rank must pass the same descriptor and name the same backend (auto chooses for "
-                           "all ranks together)",
-                           all[0].what, first, all[first].what, who, differ & (differ - 1) ? "" : "s");
-        }
-    }
+    int first;
+    char who[112];
+    if (st == AGMM_SUCCESS && agmm_ranks_differing(all[0].what, sizeof *all, nranks, same_what, &first, who, sizeof who))
+        st = AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
+                       "the ranks asked for different plans: rank 0 %s, rank %d %s (%s from rank 0): every rank "
+                       "must pass the same descriptor and name the same backend (auto chooses for all ranks "
+                       "together)",
+                       all[0].what, first, all[first].what, who);
     free(all);
     return st;
 }

@@ -51,8 +51,9 @@ static void fill(const agmm_plan *p, agmm_status mine, run_digest *d)
     agmm_op_type_of(p->op)->describe(p, d->what + used, sizeof d->what - used);
 }
 
-static int same_run(const run_digest *a, const run_digest *b)
+static int same_run(const void *x, const void *y)
 {
+    const run_digest *a = x, *b = y;
     return a->plan == b->plan && a->run == b->run && a->in_serial == b->in_serial && a->in_offset == b->in_offset;
 }
 
@@ -91,23 +92,16 @@ agmm_status agmm_run_agree(agmm_plan *p, agmm_status mine)
         if (all[r].status != AGMM_SUCCESS)
             st = AGMM_FAIL(err, (agmm_status)all[r].status, "run check: rank %d refused its call: %s", r,
                            all[r].why);
-    uint64_t differ = 0;
-    int first = -1;
-    for (int r = 1; st == AGMM_SUCCESS && r < nranks; r++)
-        if (!same_run(&all[0], &all[r])) {
-            differ |= (uint64_t)1 << r;
-            if (first < 0)
-                first = r;
-        }
-    if (differ) {
-        char ours[240], theirs[240], who[96];
+    int first;
+    char who[112];
+    if (st == AGMM_SUCCESS && agmm_ranks_differing(all, sizeof *all, nranks, same_run, &first, who, sizeof who)) {
+        char ours[240], theirs[240];
         say(&all[0], ours, sizeof ours);
         say(&all[first], theirs, sizeof theirs);
-        agmm_format_ranks(who, sizeof who, differ);
         st = AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
-                       "run check: rank 0 runs %s; rank %d runs %s (%s differ%s from rank 0): the ranks must run the "
-                       "same plans in the same order, io.input at the same place",
-                       ours, first, theirs, who, differ & (differ - 1) ? "" : "s");
+                       "run check: rank 0 runs %s; rank %d runs %s (%s from rank 0): the ranks must run the same "
+                       "plans in the same order, io.input at the same place",
+                       ours, first, theirs, who);
     }
     free(all);
     return st;
