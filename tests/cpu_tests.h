@@ -18,6 +18,7 @@ void test_gemm_policy_table(void);
 void test_gemm_policy_measured(void);
 void test_gemm_policy_model(void);
 void test_gemm_policy_split_tail(void);
+void test_gemm_policy_stream_k(void);
 
 /* test_skinny.c: the skinny GEMM's lane map (an emulated mma) and plan (plain C, no GPU). */
 void test_skinny_lane_map(void);

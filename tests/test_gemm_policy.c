@@ -10,7 +10,10 @@
  *             small tiles, large ones 128 x 256), never a config it may not pick
  *   split     the split-tail plan over thousands of (tiles, CTAs, K blocks): only the last round's
  *             tiles (r or r + CTAs of them) are cut, into 2..16 pieces that partition K and that
- *             the model says are faster; the two splits the GPU test relies on */
+ *             the model says are faster; the two splits the GPU test relies on
+ *   stream_k  the stream-K plan and the kernels' decode of its units (stream_k.h) over thousands of
+ *             plans: every K block of the dealt tiles in exactly one unit, within its CTA's range,
+ *             pieces in K order with distinct workspace slots; hand-worked plans */
 #include <math.h>
 #include <string.h>
 
@@ -61,13 +64,13 @@ void test_gemm_policy_table(void)
     int wrong = 0, sk = 0;
     for (int c = 0; c < n; c++) {
         const agmm_gemm_config *tc = agmm_gemm_config_at(c), *w = agmm_gemm_config_at(agmm_gemm_whole_tiles(c));
-        sk += tc->sk;
+        sk += tc->sk != 0;
         wrong += !w || w->sk || w->bm != tc->bm || w->bn != tc->bn || w->stages != tc->stages || w->pp != tc->pp ||
                  (!tc->sk && agmm_gemm_whole_tiles(c) != c) ||
                  agmm_gemm_grid_tiles(c, 1000, 520) != (1000 + tc->bm - 1) / tc->bm * ((520 + tc->bn - 1) / tc->bn);
     }
     agmm_check(wrong == 0 && sk >= 1 && agmm_gemm_grid_tiles(-1, 8, 8) == 0,
-               "gemm policy: each of %d configs (%d split-tail) has a whole-tile twin of the same tile and ring, "
+               "gemm policy: each of %d configs (%d split-tail or stream-K) has a whole-tile twin of the same tile and ring, "
                "itself if it has no split; grid tiles of 1000 x 520 right (%d wrong)",
                n, sk, wrong);
 }
@@ -216,4 +219,105 @@ void test_gemm_policy_split_tail(void)
     agmm_check(f1 == 0 && s1 == 3 && f2 == 0 && s2 == 2,
                "gemm policy: 21 tiles of 17 K blocks split in 3 (got %lld from %d), 64 of 8 in 2 (got %lld from %d)",
                (long long)f1, s1, (long long)f2, s2);
+}
+
+/* Checks one stream-K plan by decoding every unit as the kernels do (stream_k.h); returns 0 and
+ * describes the first broken rule in why. */
+static int stream_k_ok(int64_t tiles, int ctas, int kb, int bm, int bn, char *why, size_t len)
+{
+    agmm_stream_k s;
+    agmm_gemm_plan_stream_k(tiles, ctas, kb, bm, bn, &s);
+    if (!s.tiles)
+        return s.first == tiles ? 1 : (snprintf(why, len, "no stream-K tiles but first=%lld", (long long)s.first), 0);
+    const int64_t r = tiles % ctas, iters = (int64_t)s.tiles * kb;
+    if (r == 0 || (s.tiles != r && s.tiles != r + ctas) || s.first != tiles - s.tiles || s.first % ctas ||
+        s.ctas != ctas || s.kb != kb)
+        return snprintf(why, len, "%d stream-K tiles after %lld: not the last round's r=%lld (or r + %d)", s.tiles,
+                        (long long)s.first, (long long)r, ctas), 0;
+    if (s.q < 1 || (int64_t)s.q * ctas + s.rem != iters || s.rem >= ctas || agmm_stream_k_lo(&s, ctas) != iters)
+        return snprintf(why, len, "q=%d rem=%d do not deal %lld iterations to %d CTAs", s.q, s.rem,
+                        (long long)iters, ctas), 0;
+    /* Every unit: inside its CTA's range, and every iteration of every tile in exactly one unit.
+     * Per tile, pieces numbered 0.. in K order, each saying the same count and first index. */
+    static int seen[600 * 129], piece_of[600 * 129];
+    memset(seen, 0, sizeof(int) * (size_t)iters);
+    int used_ws[1200] = {0}, max_segs = 0;
+    for (int b = 0; b < ctas; b++) {
+        int segs = 0;
+        const uint32_t lo = agmm_stream_k_lo(&s, (uint32_t)b), hi = agmm_stream_k_lo(&s, (uint32_t)b + 1);
+        for (int seg = 0; seg < s.segs; seg++) {
+            const agmm_stream_k_seg g = agmm_stream_k_unit(&s, (uint32_t)(seg * ctas + b));
+            if (g.tile < 0 || g.tile >= s.tiles || g.kb0 < 0 || g.kb1 > kb || g.kb0 > g.kb1)
+                return snprintf(why, len, "CTA %d segment %d: tile %d K [%d, %d)", b, seg, g.tile, g.kb0, g.kb1), 0;
+            if (g.kb0 == g.kb1)
+                continue;
+            segs++;
+            for (int x = g.kb0; x < g.kb1; x++) {
+                const int64_t it = (int64_t)g.tile * kb + x;
+                if (it < lo || it >= hi || seen[it]++)
+                    return snprintf(why, len, "CTA %d (range [%u, %u)) segment %d: iteration %lld outside or twice",
+                                    b, lo, hi, seg, (long long)it), 0;
+                piece_of[it] = g.piece;
+            }
+            if (g.piece < 0 || g.piece >= g.pieces || g.ws0 + g.piece >= s.tiles + ctas || used_ws[g.ws0 + g.piece]++)
+                return snprintf(why, len, "CTA %d tile %d: piece %d of %d at workspace %d", b, g.tile, g.piece,
+                                g.pieces, g.ws0 + g.piece), 0;
+            /* Its tile's first and last iterations say the same count: the pieces are its CTAs. */
+            const uint32_t first_cta = agmm_stream_k_cta(&s, (uint32_t)g.tile * kb),
+                           last_cta = agmm_stream_k_cta(&s, (uint32_t)(g.tile + 1) * kb - 1);
+            if ((int)(last_cta - first_cta + 1) != g.pieces || (int)(b - first_cta) != g.piece)
+                return snprintf(why, len, "CTA %d tile %d: piece %d of %d, its CTAs are %u..%u", b, g.tile, g.piece,
+                                g.pieces, first_cta, last_cta), 0;
+        }
+        max_segs = segs > max_segs ? segs : max_segs;
+    }
+    for (int64_t it = 0; it < iters; it++)
+        if (!seen[it] || (it % kb && piece_of[it] < piece_of[it - 1]))
+            return snprintf(why, len, "iteration %lld of %lld: in no unit, or pieces out of K order", (long long)it,
+                            (long long)iters), 0;
+    if (max_segs > s.segs || max_segs < s.segs - 1)
+        return snprintf(why, len, "segs=%d but the CTAs' ranges touch at most %d tiles", s.segs, max_segs), 0;
+    return 1;
+}
+
+void test_gemm_policy_stream_k(void)
+{
+    static const int ctas_list[] = {1, 2, 7, 30, 131, 132};
+    static const int kb_list[] = {1, 2, 3, 5, 8, 17, 64, 129};
+    static const int tile_list[][2] = {{128, 256}, {128, 128}};
+    int64_t cases = 0, used = 0, bad = 0;
+    char why[200] = "", first[300] = "";
+    for (int64_t tiles = 1; tiles <= 600; tiles++)
+        for (int ci = 0; ci < (int)(sizeof ctas_list / sizeof ctas_list[0]); ci++)
+            for (int ki = 0; ki < (int)(sizeof kb_list / sizeof kb_list[0]); ki++)
+                for (int ti = 0; ti < 2; ti++) {
+                    const int ctas = ctas_list[ci], kb = kb_list[ki], bm = tile_list[ti][0], bn = tile_list[ti][1];
+                    agmm_stream_k s;
+                    agmm_gemm_plan_stream_k(tiles, ctas, kb, bm, bn, &s);
+                    cases++;
+                    used += s.tiles > 0;
+                    if (!stream_k_ok(tiles, ctas, kb, bm, bn, why, sizeof why) && bad++ == 0)
+                        snprintf(first, sizeof first, " (first: tiles=%lld ctas=%d KB=%d %dx%d: %s)",
+                                 (long long)tiles, ctas, kb, bm, bn, why);
+                }
+    agmm_check(bad == 0 && used > 0,
+               "gemm policy: stream-K over %lld plans (%lld dealt): the last round's tiles (r or r + CTAs), every "
+               "K block of them in exactly one unit of its CTA's range, pieces in K order with distinct "
+               "workspace slots, segs tight%s",
+               (long long)cases, (long long)used, first);
+
+    /* Hand-worked: 2560^3 in 128 x 256 tiles (200 tiles of 40 K blocks on 132 SMs: 1.5 waves) deals
+     * all 200 (each CTA 60 or 61 K blocks, against 80 in two whole rounds); 4096^3 (512 tiles of 64,
+     * 3.9 waves) keeps whole tiles; tests/gpu/test_gemm_engine.c's 1000 x 264 x 2056 on 11 CTAs (16
+     * tiles of 128 x 256, 33 K blocks: 2 rounds of 36 against 48 K blocks each in 3 segments) deals
+     * all 16. */
+    agmm_stream_k a, b, c;
+    agmm_gemm_plan_stream_k(200, SMS, 40, 128, 256, &a);
+    agmm_gemm_plan_stream_k(512, SMS, 64, 128, 256, &b);
+    agmm_gemm_plan_stream_k(16, 11, 33, 128, 256, &c);
+    agmm_check(a.tiles == 200 && a.first == 0 && a.q == 60 && a.rem == 80 && b.tiles == 0 && b.first == 512 &&
+                   c.tiles == 16 && c.first == 0 && c.q == 48 && c.segs == 3,
+               "gemm policy: stream-K deals 2560^3's 200 tiles (got %d, q=%d rem=%d), keeps 4096^3 whole (got %d), "
+               "deals 16 tiles on 11 CTAs (got %d)",
+               a.tiles, a.q, a.rem, b.tiles, c.tiles);
 }

@@ -158,8 +158,11 @@ static double check_c(const uint16_t *a, const uint16_t *b, agmm_layout lay, con
 
 /* One plain GEMM rows x n x k on the pools' prefixes on at most max_ctas CTAs (0: every SM),
  * checked against fp64. */
-static void run_plain_ctas(pools *p, int64_t rows, int64_t n, int64_t k, agmm_layout lay, int config,
-                           int64_t full_rows, int max_ctas)
+/* runs: the plan's runs, each on a poisoned C and checked (what a run leaves behind, the split
+ * tail's and stream-K's counters, must not change the next); must_say: what the plan's description
+ * must contain (NULL: anything). */
+static void run_plain_runs(pools *p, int64_t rows, int64_t n, int64_t k, agmm_layout lay, int config,
+                           int64_t full_rows, int max_ctas, int runs, const char *must_say)
 {
     const char *lname = lay == AGMM_LAYOUT_COL_MAJOR ? "col" : "row";
     agmm_gemm_desc d = {0};
@@ -182,16 +185,26 @@ static void run_plain_ctas(pools *p, int64_t rows, int64_t n, int64_t k, agmm_la
                    lname, err.msg);
         return;
     }
-    int ok = poison(p->d_c, (size_t)(rows * n));
-    ok = ok && agmm_gemm_run(plan, 0, 0, &err) == AGMM_SUCCESS;
-    ok = ok && cuda_ok(cudaDeviceSynchronize(), "gemm run");
-    ok = ok && cuda_ok(cudaMemcpy(p->h_c, p->d_c, (size_t)(rows * n) * 2, cudaMemcpyDeviceToHost), "download C");
-    int64_t nans = 0;
-    double rel = ok ? check_c(p->h_a, p->h_b, lay, p->h_c, rows, n, k, full_rows, &nans) : NAN;
-    agmm_check(ok && nans == 0 && rel <= TOL, "gemm_engine plain %lldx%lldx%lld B-%s [%s] rel=%.2e nans=%lld",
-               (long long)rows, (long long)n, (long long)k, lname, agmm_gemm_plan_describe(plan), rel,
-               (long long)nans);
+    const char *desc = agmm_gemm_plan_describe(plan);
+    for (int run = 0; run < runs; run++) {
+        int ok = poison(p->d_c, (size_t)(rows * n));
+        ok = ok && agmm_gemm_run(plan, 0, 0, &err) == AGMM_SUCCESS;
+        ok = ok && cuda_ok(cudaDeviceSynchronize(), "gemm run");
+        ok = ok && cuda_ok(cudaMemcpy(p->h_c, p->d_c, (size_t)(rows * n) * 2, cudaMemcpyDeviceToHost), "download C");
+        int64_t nans = 0;
+        double rel = ok ? check_c(p->h_a, p->h_b, lay, p->h_c, rows, n, k, full_rows, &nans) : NAN;
+        agmm_check(ok && nans == 0 && rel <= TOL && (!must_say || strstr(desc, must_say)),
+                   "gemm_engine plain %lldx%lldx%lld B-%s [%s] run %d of %d: rel=%.2e nans=%lld%s%s", (long long)rows,
+                   (long long)n, (long long)k, lname, desc, run + 1, runs, rel, (long long)nans,
+                   must_say ? "; the plan says " : "", must_say ? must_say : "");
+    }
     agmm_gemm_plan_destroy(plan);
+}
+
+static void run_plain_ctas(pools *p, int64_t rows, int64_t n, int64_t k, agmm_layout lay, int config,
+                           int64_t full_rows, int max_ctas)
+{
+    run_plain_runs(p, rows, n, k, lay, config, full_rows, max_ctas, 1, NULL);
 }
 
 static void run_plain(pools *p, int64_t rows, int64_t n, int64_t k, agmm_layout lay, int config, int64_t full_rows)
@@ -517,6 +530,17 @@ void test_gemm_engine(void)
             run_plain_ctas(&p, 1000, 264, 72, (agmm_layout)lay, c, 1 << 20, 5);
             run_plain_ctas(&p, 1000, 264, 1032, (agmm_layout)lay, c, 1 << 20, 7);
         }
+
+    /* Stream-K: shapes whose plans deal tiles to every CTA (tests/test_gemm_policy.c's model: 16,
+     * 12 and 13 tiles dealt on 11 CTAs; 32, 32 and 34 on 30; every tile on the whole GPU, 4 to 5
+     * pieces each), two runs per plan (the fix-up's counters reset by each tile's last piece). */
+    for (int c = 0; c < agmm_gemm_num_configs(); c++)
+        if (strstr(agmm_gemm_config_name(c), "/stk"))
+            for (int lay = 0; lay < 2; lay++) {
+                run_plain_runs(&p, 1000, 264, 2056, (agmm_layout)lay, c, 1 << 20, 11, 2, " stk=1");
+                run_plain_runs(&p, 1000, 1000, 1032, (agmm_layout)lay, c, 1 << 20, 30, 2, " stk=3");
+                run_plain_runs(&p, 1000, 1000, 2056, (agmm_layout)lay, c, 64, 0, 2, NULL);
+            }
 
     test_hooks(&p, 200, sms / 4, 1);
     test_hooks(&p, 1032, 30, 0);

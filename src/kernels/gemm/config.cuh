@@ -8,7 +8,7 @@
 
 /* BM x BN output tile, STAGES ring slots, WGN how the two cooperative consumer warpgroups split
  * the tile (1: by rows, 2: by columns), B_MN 1 for a row-major B, CL 2 for B-multicast pairs, SK 1
- * for the split tail, PP 1 for ping-pong consumers (each a whole tile of its own, alternate units;
+ * for the split tail and 2 for the stream-K tail, PP 1 for ping-pong consumers (each a whole tile of its own, alternate units;
  * gemm_configs.h documents each). */
 template <int BM_, int BN_, int STAGES_, int WGN_, int B_MN_, int CL_, int SK_, int PP_ = 0>
 struct gemm_cfg {

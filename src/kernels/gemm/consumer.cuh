@@ -86,6 +86,13 @@ __device__ __forceinline__ void consumer_cooperative(const gemm_params &p, const
     tile_job cur = walk.job_or_none(u), next;
     while (u < walk.nunits) {
         const int64_t next_u = u + gridDim.x;
+        if constexpr (Cfg::SK == 2) {
+            if (cur.kb0 == cur.kb1) { /* an empty stream-K unit: the producer loads nothing for it */
+                cur = walk.job_or_none(next_u);
+                u = next_u;
+                continue;
+            }
+        }
         consumer_mainloop<Cfg>(r, pos, cur, cw, lane, partner, acc, [&] { next = walk.job_or_none(next_u); }, [] {});
         epi.store(cur, acc);
         cur = next;

@@ -7,8 +7,8 @@
  * mainloop and the ring never change for it (docs/gemm_engine.md).
  *
  * epi_store       bf16 to C, 64 columns at a time through the warp's staging rows (below).
- * epi_split_tail  the split tail's fix-up (sk_fixup) first; only the piece that completes a split
- *                 tile stores it, as epi_store. */
+ * epi_split_tail  the split tail's and stream-K's fix-up (sk_fixup) first; only the piece that
+ *                 completes a split tile stores it, as epi_store. */
 #ifndef AGMM_KERNELS_GEMM_EPILOGUE_CUH
 #define AGMM_KERNELS_GEMM_EPILOGUE_CUH
 
@@ -89,18 +89,20 @@ struct epi_store {
     __device__ __forceinline__ void finish() const {}
 };
 
-/* Split-tail fix-up of one consumer warp's part (slot = consumer * 4 + warp) of a split tile:
- * every piece stores its fp32 accumulators to the workspace, then counts itself in; the piece
- * that counts last sums all pieces in piece order (so the result does not depend on which piece
- * finished last) into acc and returns 1: it stores the rows. The others return 0. Nobody waits for
- * another CTA, so residency never matters. Workspace: [sk][piece][slot][NACC/4][32 lanes] float4s;
- * counter: one per (sk, slot), zero between runs (the last piece resets it; nobody touches it
- * again in this run). A plan's runs share the workspace: they must not overlap (one stream). */
+/* Split-tail and stream-K fix-up of one consumer warp's part (slot = consumer * 4 + warp) of a
+ * tile cut into j.pieces pieces: every piece stores its fp32 accumulators to the workspace, then
+ * counts itself in; the piece that counts last sums all pieces in piece order (so the result does
+ * not depend on which piece finished last) into acc and returns 1: it stores the rows. The others
+ * return 0. Nobody waits for another CTA, so residency never matters. Workspace: [index][slot]
+ * [NACC/4][32 lanes] float4s, the tile's pieces at indexes j.ws0 + piece (the split tail's
+ * sk * split + piece; stream-K's, stream_k.h); counter: one per (sk, slot), zero between runs (the
+ * last piece resets it; nobody touches it again in this run). A plan's runs share the workspace:
+ * they must not overlap (one stream). */
 template <int NACC>
 __device__ __forceinline__ int sk_fixup(const gemm_core &p, const tile_job &j, int slot, int lane, float (&acc)[NACC])
 {
     constexpr size_t PART = (size_t)NACC * 32; /* floats of one warp's part */
-    float *tile_ws = p.sk_ws + (size_t)j.sk * p.sk_split * 8 * PART + (size_t)slot * PART;
+    float *tile_ws = p.sk_ws + (size_t)j.ws0 * 8 * PART + (size_t)slot * PART;
     float4 *mine = (float4 *)(tile_ws + (size_t)j.piece * 8 * PART);
 #pragma unroll
     for (int i = 0; i < NACC / 4; i++)
@@ -111,7 +113,7 @@ __device__ __forceinline__ int sk_fixup(const gemm_core &p, const tile_job &j, i
     uint32_t last = 0;
     if (lane == 0) {
         uint32_t *ctr = p.sk_ctr + (size_t)j.sk * 8 + slot;
-        last = atomicAdd(ctr, 1u) == (uint32_t)p.sk_split - 1;
+        last = atomicAdd(ctr, 1u) == (uint32_t)j.pieces - 1;
         if (last)
             *ctr = 0;
         /* Acquire: the other pieces' partials (fenced before their counts) before our reads. */
@@ -121,7 +123,7 @@ __device__ __forceinline__ int sk_fixup(const gemm_core &p, const tile_job &j, i
     __syncwarp();
     if (!last)
         return 0;
-    for (int q = 0; q < p.sk_split; q++) {
+    for (int q = 0; q < j.pieces; q++) {
         const float4 *src = (const float4 *)(tile_ws + (size_t)q * 8 * PART);
 #pragma unroll
         for (int i = 0; i < NACC / 4; i++) {
@@ -148,7 +150,8 @@ struct epi_split_tail {
 
     __device__ __forceinline__ void store(const tile_job &cur, float (&acc)[Cfg::MB][Cfg::WN / 2]) const
     {
-        if (cur.sk >= 0 &&
+        /* A stream-K segment that is a whole tile (pieces = 1) stores it as it is. */
+        if (cur.sk >= 0 && (Cfg::SK == 1 || cur.pieces > 1) &&
             !sk_fixup<Cfg::NACC>(out.p.core, cur, slot, out.lane, reinterpret_cast<float(&)[Cfg::NACC]>(acc)))
             return; /* another piece of this tile stores it */
         out.store(cur, acc);

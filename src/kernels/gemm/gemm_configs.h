@@ -12,7 +12,8 @@
  *   cluster  2: pairs of CTAs on vertically adjacent tiles share B through TMA multicast
  *   sk       1: split tail: the tiles of the last waves are cut into K pieces that other SMs
  *            compute, summed through an fp32 workspace (policy.c, agmm_gemm_plan_split_tail;
- *            epilogue.cuh, sk_fixup)
+ *            epilogue.cuh, sk_fixup); 2: stream-K tail (/stk): the K blocks of the last waves'
+ *            tiles dealt evenly to every CTA, pieces summed the same way (stream_k.h)
  *   pp       1: ping-pong consumers (consumer.cuh): each warpgroup computes whole tiles, the two
  *            on alternate units, so one's epilogue runs under the other's mainloop; a whole
  *            tile's accumulators per thread (bm*bn/128: at most 128; 128 x 192's 192 spill in the
@@ -26,7 +27,8 @@
  * since the consumers' remote arrive dropped .release.cluster (hopper_ptx.cuh; before: 1.5-2.6x),
  * so they are still not picked (docs/gemm_engine.md). Configs 5-9 are chosen only through the
  * measured table below (pick 0): none beats the others everywhere, and the cost model's eff numbers
- * do not rank them well. The ping-pong configs 10-13 are not measured yet (pick 0, eff guesses). */
+ * do not rank them well. The ping-pong configs 10-13 are not measured yet (pick 0, eff guesses),
+ * nor are the stream-K configs 14-16 (pick 0: built and tested on the CPU, docs/gemm_engine.md). */
 #ifndef AGMM_KERNELS_GEMM_CONFIGS_H
 #define AGMM_KERNELS_GEMM_CONFIGS_H
 
@@ -44,7 +46,10 @@
     X(128, 128, 6, 1, 1, 0, 1, 0, 0.85, "128x128x64/s6/pp")       \
     X(64, 256, 5, 1, 1, 0, 1, 0, 0.85, "64x256x64/s5/pp")         \
     X(64, 128, 8, 1, 1, 0, 1, 0, 0.60, "64x128x64/s8/pp")         \
-    X(64, 192, 6, 1, 1, 0, 1, 0, 0.75, "64x192x64/s6/pp")
+    X(64, 192, 6, 1, 1, 0, 1, 0, 0.75, "64x192x64/s6/pp")         \
+    X(128, 256, 4, 1, 1, 2, 0, 0, 1.00, "128x256x64/s4/stk")      \
+    X(256, 128, 4, 1, 1, 2, 0, 0, 1.00, "256x128x64/s4/stk")      \
+    X(128, 128, 6, 1, 1, 2, 0, 0, 0.80, "128x128x64/s6/stk")
 
 /* The measured policy: X(rows, n, k, "config name") per measured shape, the fastest config there.
  * A plan whose shape lies near one of them (policy.c, agmm_gemm_policy_measured) and that has the

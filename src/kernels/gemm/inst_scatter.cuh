@@ -1,7 +1,8 @@
 /* The body of the inst_scatter_*.cu files: the kernel table row (kernels.h) of the scatter
  * epilogue (epi_scatter.cuh: the fused matmul_reduce_scatter) over the plain A source, for the B
- * layout GEMM_INST_B_MN, under the name GEMM_INST_TABLE. A split-tail config's entry is {NULL, 0}:
- * the epilogue stores whole tiles only, and the plan refuses those configs in scatter mode. */
+ * layout GEMM_INST_B_MN, under the name GEMM_INST_TABLE. A split-tail or stream-K config's entry is
+ * {NULL, 0}: the epilogue stores whole tiles only, and the plan refuses those configs in scatter
+ * mode. */
 #include "kernels/gemm/epi_scatter.cuh"
 #include "kernels/gemm/gemm_configs.h"
 #include "kernels/gemm/kernel.cuh"
@@ -14,6 +15,7 @@
                                   epi_scatter<GEMM_SCATTER_CFG(bm, bn, st, wgn, cl, pp)>>,                     \
      smem_layout<GEMM_SCATTER_CFG(bm, bn, st, wgn, cl, pp), epi_scatter<GEMM_SCATTER_CFG(bm, bn, st, wgn, cl, pp)>>::total},
 #define GEMM_SCATTER_ROW_SK1(bm, bn, st, wgn, cl, pp) {NULL, 0},
+#define GEMM_SCATTER_ROW_SK2(bm, bn, st, wgn, cl, pp) {NULL, 0},
 #define GEMM_SCATTER_ROW_SK(sk) GEMM_SCATTER_ROW_SK##sk
 #define GEMM_SCATTER_ROW(bm, bn, st, wgn, cl, sk, pp, pick, eff, name) GEMM_SCATTER_ROW_SK(sk)(bm, bn, st, wgn, cl, pp)
 

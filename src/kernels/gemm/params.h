@@ -15,6 +15,7 @@
 #include "agmm.h"
 #include "core/schedule.h"
 #include "kernels/dev_error.h"
+#include "kernels/gemm/stream_k.h"
 
 /* The engine's fixed shape: K blocks of 64 (one 128-byte swizzle row of bf16), 384 threads = 3
  * warpgroups (one producer, two consumers). */
@@ -43,6 +44,9 @@ typedef struct {
      * through sk_ws (fp32 partials) and sk_ctr (arrival counters, zero between runs). */
     int64_t sk_first;
     int sk_split;
+    /* Stream-K (sk = 2) configs only: the plan of stream_k.h (stk.tiles = 0: whole tiles); the
+     * same workspace and counters as the split tail's. */
+    agmm_stream_k stk;
     float *sk_ws;
     uint32_t *sk_ctr;
 } gemm_core;

@@ -202,24 +202,35 @@ void agmm_gemm_plan_set_delay(agmm_gemm_plan *pl, uint64_t delay_ns)
     pl->params.core.delay_ns = delay_ns;
 }
 
-/* Split-tail configs: the plan of policy.h and its workspace (fp32 partials of every piece, then
- * 8 counters per split tile, zero). Returns the units. */
+/* Split-tail and stream-K configs: the plan of policy.h and its workspace (fp32 partials of every
+ * piece, then 8 counters per split tile, zero). Returns the units. */
 static agmm_status plan_split(agmm_gemm_plan *pl, int budget, int64_t *units, char *what, size_t len, agmm_error *err)
 {
     agmm_status st = AGMM_SUCCESS;
     gemm_core *p = &pl->params.core;
-    agmm_gemm_plan_split_tail(pl->tiles, budget, p->k_blocks, &p->sk_first, &p->sk_split);
-    const int64_t sk_tiles = pl->tiles - p->sk_first;
-    *units = p->sk_first + sk_tiles * p->sk_split;
+    const int bm = pl->config->bm, bn = pl->config->bn;
+    int64_t sk_tiles, pieces; /* pieces: workspace indexes */
+    if (pl->config->sk == 2) {
+        agmm_gemm_plan_stream_k(pl->tiles, budget, p->k_blocks, bm, bn, &p->stk);
+        sk_tiles = p->stk.tiles;
+        pieces = sk_tiles + budget; /* stream_k.h: below tiles + ctas */
+        *units = sk_tiles ? p->stk.first + (int64_t)p->stk.segs * budget : pl->tiles;
+        snprintf(what, len, " stk=%lld/%d", (long long)sk_tiles, budget);
+    } else {
+        agmm_gemm_plan_split_tail(pl->tiles, budget, p->k_blocks, &p->sk_first, &p->sk_split);
+        sk_tiles = pl->tiles - p->sk_first;
+        pieces = sk_tiles * p->sk_split;
+        *units = p->sk_first + pieces;
+        snprintf(what, len, " split=%lldx%d", (long long)sk_tiles, p->sk_split);
+    }
     if (sk_tiles) {
-        const size_t ws_bytes = (size_t)sk_tiles * p->sk_split * pl->config->bm * pl->config->bn * 4;
+        const size_t ws_bytes = (size_t)pieces * bm * bn * 4;
         const size_t ctr_bytes = (size_t)sk_tiles * 8 * 4;
         AGMM_CUDA_TRY(st, err, cudaMalloc(&pl->sk_ws, ws_bytes + ctr_bytes));
         AGMM_CUDA_TRY(st, err, cudaMemset((char *)pl->sk_ws + ws_bytes, 0, ctr_bytes));
         p->sk_ws = (float *)pl->sk_ws;
         p->sk_ctr = (uint32_t *)((char *)pl->sk_ws + ws_bytes);
     }
-    snprintf(what, len, " split=%lldx%d", (long long)sk_tiles, p->sk_split);
 fail:
     return st;
 }

@@ -146,3 +146,38 @@ void agmm_gemm_plan_split_tail(int64_t tiles, int ctas, int k_blocks, int64_t *f
         }
     }
 }
+
+/* Stream-K's model, in K blocks of the tile per CTA, as the split tail's: whole tiles take
+ * ceil(tiles / ctas) rounds of KB + OV (OV: a unit's fixed cost, K_OVERHEAD). Dealing the last
+ * r + j*ctas tiles (j = 0, 1) leaves (tiles - sk_tiles) / ctas whole rounds, then each CTA's range:
+ * L = ceil(iters / ctas) K blocks in up to segs segments (an OV each), at most two of them partial
+ * (each writes its fp32 partials), one of which may sum a tile's pmax pieces. A partial costs FIX
+ * K blocks: its bytes (bm*bn*4) over a K block's operand bytes (128*(bm + bn)). Unmeasured guesses
+ * all: the lab decides where a stream-K config wins. */
+void agmm_gemm_plan_stream_k(int64_t tiles, int ctas, int k_blocks, int bm, int bn, agmm_stream_k *s)
+{
+    memset(s, 0, sizeof *s);
+    s->first = tiles;
+    const int64_t r = tiles % ctas;
+    const double ov = K_OVERHEAD / 64.0, fix = (double)bm * bn / (32.0 * (bm + bn));
+    double best = 0.98 * (double)((tiles + ctas - 1) / ctas) * (k_blocks + ov);
+    for (int j = 0; j <= 1 && r; j++) {
+        const int64_t sk_tiles = r + (int64_t)j * ctas, iters = sk_tiles * k_blocks;
+        if (sk_tiles > tiles || iters < ctas || iters > INT32_MAX)
+            continue;
+        const int64_t q = iters / ctas, len = q + (iters % ctas != 0);
+        const int64_t segs = (len - 1 + k_blocks - 1) / k_blocks + 1, pmax = (k_blocks - 1 + q - 1) / q + 1;
+        const double cost =
+            (double)((tiles - sk_tiles) / ctas) * (k_blocks + ov) + (double)len + (double)segs * ov + fix * (2.0 + pmax);
+        if (cost < best) {
+            best = cost;
+            s->first = tiles - sk_tiles;
+            s->tiles = (int32_t)sk_tiles;
+            s->kb = k_blocks;
+            s->ctas = ctas;
+            s->q = (int32_t)q;
+            s->rem = (int32_t)(iters % ctas);
+            s->segs = (int32_t)segs;
+        }
+    }
+}

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "core/schedule.h"
+#include "kernels/gemm/stream_k.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -61,6 +62,12 @@ int64_t agmm_gemm_grid_tiles(int config, int64_t m, int64_t n);
 /* Split-tail configs: which tiles of the last waves to cut into how many K pieces. On return,
  * tiles [*first, tiles) are cut into *split pieces each; *first = tiles and *split = 1: none. */
 void agmm_gemm_plan_split_tail(int64_t tiles, int ctas, int k_blocks, int64_t *first, int *split);
+
+/* Stream-K configs (stream_k.h): which last tiles to deal as one sequence of K blocks to all
+ * `ctas` CTAs of the grid (the last round's r = tiles % ctas, or r + ctas), when the model says
+ * that beats whole tiles; bm, bn: the tile, which sets the cost of the fix-up's fp32 partials.
+ * On return s->tiles = 0 where it does not (s->first = tiles). */
+void agmm_gemm_plan_stream_k(int64_t tiles, int ctas, int k_blocks, int bm, int bn, agmm_stream_k *s);
 
 #define AGMM_GEMM_MEASURED_RADIUS 0.3 /* summed |log2| distance of rows, n and k */
 #define AGMM_GEMM_SPLIT_MAX 16        /* most K pieces a split tile is cut into */

@@ -33,6 +33,10 @@ __device__ __forceinline__ void gemm_producer(const gemm_params &p, const ring<C
         producer_delay(p.core.delay_ns);
     for (int64_t u = blockIdx.x; u < walk.nunits; u += gridDim.x) {
         const tile_job j = walk.job(u);
+        if constexpr (Cfg::SK == 2) {
+            if (j.kb0 == j.kb1) /* an empty stream-K unit (tile_sched.cuh): the consumers skip it too */
+                continue;
+        }
         const a_tile a = src.tile(j);
         for (int kb = j.kb0; kb < j.kb1; kb++) {
             r.wait_free(pos);

@@ -8,6 +8,8 @@
  * rounds leave SMs idle and cuts each into sk_split K ranges, each a unit of its own on another
  * SM. Units [0, sk_first) are the tiles of the same index; unit sk_first + v is piece
  * v % sk_split of tile sk_first + v / sk_split, K blocks [piece*KB/split, (piece+1)*KB/split).
+ * In stream-K configs (SK = 2) the units past stk.first are the segments of stream_k.h, some
+ * empty (kb0 == kb1: both roles skip them).
  *
  * Clusters of 2 (CL = 2): CTA rank r = idx & 1; the pair's tiles idx, idx ^ 1 are vertically
  * adjacent in the grouped order, and they share B (b_loader.cuh: each CTA loads half and
@@ -31,7 +33,8 @@ struct tile_job {
     int col0, rows, cols; /* first column; rows and columns clipped to the chunk and to n */
     int share;          /* B shared with the cluster partner */
     int kb0, kb1;       /* the unit's K blocks */
-    int piece, sk;      /* split tail: the piece, and the tile's index among split tiles (-1: whole) */
+    int piece, sk;      /* split tail, stream-K: the piece, and the tile's index among split tiles (-1: whole) */
+    int pieces, ws0;    /* the tile's pieces; the workspace index of its first (epilogue.cuh, sk_fixup) */
     /* For the A source: whose rows, at which row of that rank's shard, the chunk that holds them,
      * and whether they are this rank's own. */
     int64_t shard_row0;
@@ -45,7 +48,9 @@ struct tile_walk {
 
     __device__ __forceinline__ explicit tile_walk(const gemm_core &core)
         : p(core), ntiles(agmm_sched_num_tiles(&core.sched)),
-          nunits(Cfg::SK ? core.sk_first + (ntiles - core.sk_first) * core.sk_split : ntiles)
+          nunits(Cfg::SK == 1   ? core.sk_first + (ntiles - core.sk_first) * core.sk_split
+                 : Cfg::SK == 2 && core.stk.tiles ? core.stk.first + (int64_t)core.stk.segs * core.stk.ctas
+                                                  : ntiles)
     {
     }
 
@@ -60,14 +65,26 @@ struct tile_walk {
     __device__ __forceinline__ tile_job job(int64_t u) const
     {
         int64_t idx = u;
-        int kb0 = 0, kb1 = p.k_blocks, piece = 0, sk = -1;
-        if (Cfg::SK && u >= p.sk_first) {
+        int kb0 = 0, kb1 = p.k_blocks, piece = 0, sk = -1, pieces = 1, ws0 = 0;
+        if (Cfg::SK == 1 && u >= p.sk_first) {
             const int64_t v = u - p.sk_first;
             sk = (int)(v / p.sk_split);
             piece = (int)(v - (int64_t)sk * p.sk_split);
             idx = p.sk_first + sk;
             kb0 = piece * p.k_blocks / p.sk_split;
             kb1 = (piece + 1) * p.k_blocks / p.sk_split;
+            pieces = p.sk_split;
+            ws0 = sk * p.sk_split;
+        }
+        if (Cfg::SK == 2 && p.stk.tiles && u >= p.stk.first) {
+            const agmm_stream_k_seg g = agmm_stream_k_unit(&p.stk, (uint32_t)(u - p.stk.first));
+            idx = p.stk.first + g.tile;
+            sk = g.tile;
+            kb0 = g.kb0;
+            kb1 = g.kb1;
+            piece = g.piece;
+            pieces = g.pieces;
+            ws0 = g.ws0;
         }
         agmm_tile t;
         agmm_sched_tile(&p.sched, idx, &t);
@@ -81,6 +98,8 @@ struct tile_walk {
         j.kb1 = kb1;
         j.piece = piece;
         j.sk = sk;
+        j.pieces = pieces;
+        j.ws0 = ws0;
         j.shard_row0 = t.shard_row0;
         j.src_rank = t.src_rank;
         j.chunk = t.chunk;
@@ -91,6 +110,10 @@ struct tile_walk {
     /* How many K blocks unit u has (what a ping-pong consumer skips of the other's units). */
     __device__ __forceinline__ int k_blocks(int64_t u) const
     {
+        if (Cfg::SK == 2) {
+            const tile_job j = job(u);
+            return j.kb1 - j.kb0;
+        }
         if (!Cfg::SK || u < p.sk_first)
             return p.k_blocks;
         const int piece = (int)((u - p.sk_first) % p.sk_split);
@@ -102,7 +125,9 @@ struct tile_walk {
     {
         if (u < nunits)
             return job(u);
-        tile_job j = {0, 0, 0, 0, 0, 0, 0, 0, -1, 0, 0, 0, 0};
+        tile_job j = {};
+        j.sk = -1;
+        j.pieces = 1;
         return j;
     }
 };
