@@ -34,14 +34,18 @@
 #include "../core/knobs.h"
 #include "../core/stats.h"
 #ifdef AGMM_HAVE_CUDA
+#include "../kernels/fill.h"
 #include "../world/gpu_check.h"
 #include "../world/rank_gpu.h"
 #endif
 
 /* Internal sizes, not knobs: a key is a few hundred bytes at most (tune_cache.c). */
 #define KEY_BYTES 512
-/* What candidates' inputs hold while measuring: bytes of 0x3c, bf16 0x3c3c ~ 0.0115 (fp32 ~
- * 0.0115 too): finite, non-zero, no overflow in any sum. */
+/* What candidates' inputs hold while measuring. On a GPU, random bf16 in [-1, 1) (kernels/fill.h):
+ * a product timed on constant bytes runs faster than on a model's data, and not by the same factor
+ * for every candidate (the timed cuBLASLt pick's reason too, backends/gemm_lt.c). In the CPU world,
+ * whose times are not the point, bytes of 0x3c: bf16 0x3c3c ~ 0.0115 (fp32 ~ 0.0115 too). Both
+ * finite and non-zero, no overflow in any sum. */
 #define FILL_BYTE 0x3c
 
 /* ---- the rank's state: its in-memory cache and its last choice ---- */
@@ -191,6 +195,7 @@ typedef struct {
 #endif
     void *flush;
     size_t flush_bytes;
+    uint64_t fills;             /* the random fills' seed: one more per fill */
     int nbuf;
     void *buf[AGMM_SCRATCH_MAX];  /* the io's other buffers (the type's scratch); NULL for 0 bytes */
     size_t buf_bytes[AGMM_SCRATCH_MAX];
@@ -198,7 +203,8 @@ typedef struct {
 
 static double now_ms(void) { return 1e-6 * (double)agmm_mono_ns(); }
 
-/* Fills `bytes` of the rank's memory with FILL_BYTE (ordered before the runs on the stream). */
+/* Fills `bytes` of the rank's memory as FILL_BYTE's comment says (ordered before the runs on the
+ * stream). */
 static agmm_status fill(session *se, void *p, size_t bytes)
 {
     agmm_status st = AGMM_SUCCESS;
@@ -209,7 +215,11 @@ static agmm_status fill(session *se, void *p, size_t bytes)
         return st;
     }
 #ifdef AGMM_HAVE_CUDA
-    AGMM_CUDA_TRY(st, agmm_ctx_err(se->ctx), cudaMemsetAsync(p, FILL_BYTE, bytes, (cudaStream_t)se->stream));
+    AGMM_CUDA_TRY(st, agmm_ctx_err(se->ctx),
+                  agmm_fill_random_bf16(p, bytes / 2, ++se->fills, (cudaStream_t)se->stream));
+    if (bytes % 2) /* no buffer of bf16 or fp32 has an odd size; finite all the same */
+        AGMM_CUDA_TRY(st, agmm_ctx_err(se->ctx),
+                      cudaMemsetAsync((char *)p + bytes - 1, FILL_BYTE, 1, (cudaStream_t)se->stream));
 fail:
 #endif
     return st;
