@@ -531,16 +531,35 @@ void test_gemm_engine(void)
             run_plain_ctas(&p, 1000, 264, 1032, (agmm_layout)lay, c, 1 << 20, 7);
         }
 
-    /* Stream-K: shapes whose plans deal tiles to every CTA (tests/test_gemm_policy.c's model: 16,
-     * 12 and 13 tiles dealt on 11 CTAs; 32, 32 and 34 on 30; every tile on the whole GPU, 4 to 5
-     * pieces each), two runs per plan (the fix-up's counters reset by each tile's last piece). */
-    for (int c = 0; c < agmm_gemm_num_configs(); c++)
-        if (strstr(agmm_gemm_config_name(c), "/stk"))
-            for (int lay = 0; lay < 2; lay++) {
-                run_plain_runs(&p, 1000, 264, 2056, (agmm_layout)lay, c, 1 << 20, 11, 2, " stk=1");
-                run_plain_runs(&p, 1000, 1000, 1032, (agmm_layout)lay, c, 1 << 20, 30, 2, " stk=3");
-                run_plain_runs(&p, 1000, 1000, 2056, (agmm_layout)lay, c, 64, 0, 2, NULL);
-            }
+    /* Stream-K: per /stk config, the first two of these shapes and budgets whose plan deals tiles
+     * (the policy's model, run here on the CPU: the plan must say the same " stk=tiles/ctas"), each
+     * run twice on one plan (the fix-up's counters are reset by each tile's last piece). */
+    static const int64_t stk_shapes[][4] = {{1000, 264, 2056, 11}, {1000, 1000, 1032, 30}, {1000, 520, 2056, 11},
+                                            {1000, 1000, 4104, 7},  {1000, 1500, 2056, 30}, {1000, 1000, 2056, 0}};
+    for (int c = 0; c < agmm_gemm_num_configs(); c++) {
+        const agmm_gemm_config *tc = agmm_gemm_config_at(c);
+        int dealt = 0;
+        for (int i = 0; tc->sk == 2 && dealt < 2 && i < (int)(sizeof stk_shapes / sizeof stk_shapes[0]); i++) {
+            const int64_t *sh = stk_shapes[i];
+            const int ctas = sh[3] ? (int)sh[3] : sms;
+            agmm_stream_k plan;
+            agmm_gemm_plan_stream_k(agmm_gemm_grid_tiles(c, sh[0], sh[1]), ctas, (int)((sh[2] + 63) / 64), tc->bm,
+                                    tc->bn, &plan);
+            if (!plan.tiles)
+                continue;
+            char says[48];
+            snprintf(says, sizeof says, " stk=%d/%d", plan.tiles, ctas);
+            /* Every row against fp64 up to ~1.1e9 multiply-adds, else 16 sampled rows (and every
+             * element checked for the poison's NaN). */
+            const int64_t full_rows = sh[0] * sh[1] * sh[2] <= 1100000000 ? 1 << 20 : 64;
+            for (int lay = 0; lay < 2; lay++)
+                run_plain_runs(&p, sh[0], sh[1], sh[2], (agmm_layout)lay, c, full_rows, (int)sh[3], 2, says);
+            dealt++;
+        }
+        if (tc->sk == 2)
+            agmm_check(dealt == 2, "gemm_engine %s: stream-K dealt on %d of the test's shapes (2 wanted)", tc->name,
+                       dealt);
+    }
 
     test_hooks(&p, 200, sms / 4, 1);
     test_hooks(&p, 1032, 30, 0);
