@@ -40,7 +40,12 @@ void test_gemm_policy_table(void)
         const agmm_gemm_config *tc = agmm_gemm_config_at(c);
         /* A consumer's part: half the tile (cooperative) or all of it (ping-pong). */
         const int wm = tc->pp ? tc->bm : tc->wgn == 1 ? tc->bm / 2 : tc->bm, wn = tc->pp ? tc->bn : tc->bn / tc->wgn;
-        const int ok = (tc->wgn == 1 || tc->wgn == 2) && wm % 64 == 0 && wn % 64 == 0 && tc->stages >= 2 &&
+        /* A consumer width that is not a multiple of 64 (config.cuh): 16-column multiples, cooperative,
+         * no cluster, not for the model, column-major B only. */
+        const int odd = wn % 64 != 0;
+        const int ok = (tc->wgn == 1 || tc->wgn == 2) && wm % 64 == 0 && wn % 16 == 0 &&
+                       (!odd || (tc->cluster == 1 && !tc->pp && !tc->pick)) &&
+                       agmm_gemm_config_takes(tc, 0) && agmm_gemm_config_takes(tc, 1) == !odd && tc->stages >= 2 &&
                        (tc->cluster == 1 || (tc->cluster == 2 && tc->bm == 128 && tc->wgn == 1 && tc->bn % 128 == 0 &&
                                              !tc->sk)) &&
                        (tc->pp == 0 || (tc->pp == 1 && tc->wgn == 1 && tc->cluster == 1 && !tc->sk &&
@@ -52,7 +57,8 @@ void test_gemm_policy_table(void)
             snprintf(first, sizeof first, " (first: config %d %s)", c, tc->name);
     }
     agmm_check(n >= 1 && bad == 0 && picks >= 1,
-               "gemm policy: %d configs, each with whole 64x64 blocks per consumer, multicast only on 128-row tiles, "
+               "gemm policy: %d configs, each with whole 64-row blocks of 16-column multiples per consumer (not 64: "
+               "cooperative, no cluster, not for the model, column-major B only), multicast only on 128-row tiles, "
                "ping-pong (/pp) only without cluster or split tail and with at most 128 accumulators per thread, "
                "a unique name found by agmm_gemm_config_find; %d the model may pick%s",
                n, picks, first);
@@ -156,6 +162,16 @@ void test_gemm_policy_model(void)
                              (long long)nk, ctas, tc ? tc->name : "none");
             }
     agmm_check(bad == 0, "gemm policy: the cost model picks a pick = 1 config on every shape and budget%s", first);
+
+    /* A row-major B never gets a config that takes column-major B only, from the model or the table. */
+    int row_bad = 0;
+    for (int64_t m = 1; m <= 9000; m = m * 3 + 7)
+        for (int64_t nk = 8; nk <= 9000; nk = nk * 4 + 8) {
+            agmm_gemm_problem pb = problem(8, m, nk, nk, SMS);
+            pb.b_row_major = 1;
+            row_bad += !agmm_gemm_config_takes(agmm_gemm_config_at(agmm_gemm_policy_choose(&pb)), 1);
+        }
+    agmm_check(row_bad == 0, "gemm policy: with row-major B every choice takes row-major B (%d do not)", row_bad);
 }
 
 /* Checks one split-tail plan; returns 0 and describes the first broken rule in why. */

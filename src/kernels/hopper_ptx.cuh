@@ -243,15 +243,39 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_
                  : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_B));
 }
 
+/* The consumer width of 192 x 192 split by columns (gemm_configs.h: two consumers of 96 each). */
+
+/* D(64 x 96, fp32) += A(64 x 16, smem desc) * B(16 x 96, smem desc); scale_d = 0 zeroes D first. */
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_m64n96k16(float (&d)[48], uint64_t desc_a, uint64_t desc_b, uint32_t scale_d)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
+                 "}, %48, %49, p, 1, 1, 0, %51;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_B));
+}
+
 template <int BN, int TRANS_B>
 __device__ __forceinline__ void wgmma_tile(float (&d)[BN / 2], uint64_t desc_a, uint64_t desc_b, uint32_t scale_d)
 {
+    static_assert(BN == 64 || BN == 96 || BN == 128 || BN == 192 || BN == 256, "a wgmma width with a wrapper here");
     if constexpr (BN == 256)
         wgmma_m64n256k16<TRANS_B>(d, desc_a, desc_b, scale_d);
     else if constexpr (BN == 192)
         wgmma_m64n192k16<TRANS_B>(d, desc_a, desc_b, scale_d);
     else if constexpr (BN == 128)
         wgmma_m64n128k16<TRANS_B>(d, desc_a, desc_b, scale_d);
+    else if constexpr (BN == 96)
+        wgmma_m64n96k16<TRANS_B>(d, desc_a, desc_b, scale_d);
     else
         wgmma_m64n64k16<TRANS_B>(d, desc_a, desc_b, scale_d);
 }

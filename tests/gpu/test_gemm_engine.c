@@ -180,6 +180,15 @@ static void run_plain_runs(pools *p, int64_t rows, int64_t n, int64_t k, agmm_la
     agmm_error err = {0};
     agmm_gemm_plan *plan = NULL;
     agmm_status st = agmm_gemm_plan_create(&plan, &d, &err);
+    if (config >= 0 && !agmm_gemm_config_takes(agmm_gemm_config_at(config), lay == AGMM_LAYOUT_ROW_MAJOR)) {
+        /* A width row-major B cannot come in (config.cuh): refused, naming the config. */
+        agmm_check(st == AGMM_ERR_INVALID_ARG && plan == NULL && strstr(err.msg, agmm_gemm_config_name(config)) &&
+                       strstr(err.msg, "column-major B only"),
+                   "gemm_engine plain %lldx%lldx%lld B-%s config %s: refused (%s)", (long long)rows, (long long)n,
+                   (long long)k, lname, agmm_gemm_config_name(config), err.msg);
+        agmm_gemm_plan_destroy(plan);
+        return;
+    }
     if (st != AGMM_SUCCESS) {
         agmm_check(0, "gemm_engine plain %lldx%lldx%lld B-%s: plan: %s", (long long)rows, (long long)n, (long long)k,
                    lname, err.msg);

@@ -251,6 +251,7 @@ void test_gemm_engine_pull(void)
     if (env_init(&e))
         for (int c = 0; c < agmm_gemm_num_configs(); c++)
             for (int lay = 0; lay < 2; lay++)
-                run_config(&e, c, lay);
+                if (agmm_gemm_config_takes(agmm_gemm_config_at(c), lay == AGMM_LAYOUT_ROW_MAJOR))
+                    run_config(&e, c, lay); /* the others are refused: test_gemm_engine.c */
     env_free(&e);
 }

@@ -242,12 +242,13 @@ struct epi_scatter {
         if (nranks() > 1)
             wait_tile(grid_tile(j));
         for (int mb = 0; mb < Cfg::MB; mb++)
-            for (int ch = 0; ch < Cfg::WN / 64; ch++)
+            for (int ch = 0; ch < EP_PIECES(Cfg::WN); ch++)
                 for (int i = 0; i < 4; i++) {
                     const int tr = row_off + mb * 64 + warp * 16 + lane / 8 + 4 * i;
-                    const int tcol = col_off + ch * 64 + (lane % 8) * 8;
+                    const int c = (lane % 8) * 8, tcol = col_off + ch * 64 + c;
                     const int64_t g = j.row0 + tr, col = j.col0 + tcol;
-                    if (tr >= j.rows || tcol >= j.cols || (!p.scatter.all && owner(g) != rank()))
+                    if (c >= EP_PIECE_COLS(Cfg::WN, ch) || tr >= j.rows || tcol >= j.cols ||
+                        (!p.scatter.all && owner(g) != rank()))
                         continue;
                     const int cnt = j.cols - tcol < 8 ? j.cols - tcol : 8;
                     sum_to_out((g - mine0) * n + col, (g - mine0) * n + col, cnt, vec_ok && cnt == 8);
@@ -267,13 +268,16 @@ struct epi_scatter {
         for (int mb = 0; mb < Cfg::MB; mb++) {
             const int row_w = row_off + mb * 64 + warp * 16;
 #pragma unroll
-            for (int ch = 0; ch < Cfg::WN / 64; ch++) {
+            for (int ch = 0; ch < EP_PIECES(Cfg::WN); ch++) {
+                const int width = EP_PIECE_COLS(Cfg::WN, ch);
                 /* The fragments to bf16 in the staging rows, as epi_store. */
 #pragma unroll
                 for (int jj = 0; jj < 8; jj++) {
 #pragma unroll
                     for (int h = 0; h < 2; h++) {
                         const int j = ch * 8 + jj;
+                        if (jj * 8 >= width)
+                            continue;
                         __nv_bfloat162 v = __floats2bfloat162_rn(acc[mb][4 * j + 2 * h], acc[mb][4 * j + 2 * h + 1]);
                         *(__nv_bfloat162 *)(ep + (lane / 4 + 8 * h) * EP_ROW_BYTES + (jj * 8 + (lane % 4) * 2) * 2) = v;
                     }
@@ -284,7 +288,7 @@ struct epi_scatter {
                     const int r = lane / 8 + 4 * i, c = (lane % 8) * 8;
                     const uint4 v = *(const uint4 *)(ep + r * EP_ROW_BYTES + c * 2);
                     const int tcol = col_off + ch * 64 + c;
-                    if (row_w + r < cur.rows && tcol < cur.cols) {
+                    if (c < width && row_w + r < cur.rows && tcol < cur.cols) {
                         const int64_t g = cur.row0 + row_w + r, col = cur.col0 + tcol;
                         const int cnt = cur.cols - tcol < 8 ? cur.cols - tcol : 8, vec = vec_ok && cnt == 8;
                         if (all) /* every rank's slot `rank`, at the row itself */

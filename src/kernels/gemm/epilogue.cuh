@@ -22,6 +22,10 @@
 
 #define EP_ROW_BYTES 144                  /* 64 bf16 + 16 B of padding */
 #define EP_WARP_BYTES (16 * EP_ROW_BYTES) /* one consumer warp's 16 rows */
+/* A consumer's WN columns go through the staging rows in pieces of 64; the last is narrower where
+ * WN is not a multiple of 64 (the wave-fitted widths, config.cuh): 16, 32 or 48 columns. */
+#define EP_PIECES(wn) (((wn) + 63) / 64)
+#define EP_PIECE_COLS(wn, ch) ((wn) - 64 * (ch) < 64 ? (wn) - 64 * (ch) : 64)
 
 /* Each consumer warp converts its 16 x 64 piece to bf16 into its staging rows: wgmma's fragment
  * gives this thread rows r, r+8 (r = lane/4 of the warp's 16) and columns 8j + 2(lane%4), +1;
@@ -29,7 +33,8 @@
  * back as 16-byte row pieces and stored so that each warp store covers 4 whole 128-byte lines of C
  * (direct fragment stores covered 8 half sectors, and cost 10-70% more kernel time). Clipped to
  * the tile: a short tile's next rows belong to another chunk, whose tile may run at the same time.
- * N tails and odd N fall back to scalar stores. */
+ * N tails and odd N fall back to scalar stores. A width that is not a multiple of 64 ends in a
+ * narrower piece (EP_PIECE_COLS): its staging rows are only partly written and read. */
 template <class Cfg>
 struct epi_store {
     static constexpr uint32_t smem_bytes = 8 * EP_WARP_BYTES;
@@ -52,12 +57,15 @@ struct epi_store {
             const int row_w = row_off + mb * 64 + warp * 16;
             uint16_t *cbase = p.core.c + (cur.row0 + row_w) * n + cur.col0;
 #pragma unroll
-            for (int ch = 0; ch < Cfg::WN / 64; ch++) {
+            for (int ch = 0; ch < EP_PIECES(Cfg::WN); ch++) {
+                const int width = EP_PIECE_COLS(Cfg::WN, ch); /* a constant once unrolled */
 #pragma unroll
                 for (int jj = 0; jj < 8; jj++) {
 #pragma unroll
                     for (int h = 0; h < 2; h++) {
                         const int j = ch * 8 + jj;
+                        if (jj * 8 >= width)
+                            continue;
                         __nv_bfloat162 v = __floats2bfloat162_rn(acc[mb][4 * j + 2 * h], acc[mb][4 * j + 2 * h + 1]);
                         *(__nv_bfloat162 *)(ep + (lane / 4 + 8 * h) * EP_ROW_BYTES + (jj * 8 + (lane % 4) * 2) * 2) = v;
                     }
@@ -68,7 +76,7 @@ struct epi_store {
                     const int r = lane / 8 + 4 * i, c = (lane % 8) * 8;
                     const uint4 v = *(const uint4 *)(ep + r * EP_ROW_BYTES + c * 2);
                     const int tcol = col_off + ch * 64 + c;
-                    if (row_w + r < cur.rows && tcol < cur.cols) {
+                    if (c < width && row_w + r < cur.rows && tcol < cur.cols) {
                         uint16_t *dst = cbase + (int64_t)r * n + tcol;
                         if (vec_ok && tcol + 8 <= cur.cols) {
                             *(uint4 *)dst = v;

@@ -28,11 +28,14 @@
  * so they are still not picked (docs/gemm_engine.md). Configs 5-9 are chosen only through the
  * measured table below (pick 0): none beats the others everywhere, and the cost model's eff numbers
  * do not rank them well. The ping-pong configs 10-13 are not measured yet (pick 0, eff guesses),
- * nor are the stream-K configs 14-16 (pick 0: built and tested on the CPU, docs/gemm_engine.md)
- * or 17-18, 256 x 192 in 3 stages: 56 KB of operands per 1536 MMA cycles (36 B per SM clock, against
- * 47 for 128 x 256, where the engine measured 40-43 delivered), 192 accumulators per consumer thread.
- * ptxas: no spills in its plain, chunks and pull kernels; 20 bytes in the stream-K twin's, and 612
- * in the scatter epilogue's, which a measured table must not give it. */
+ * nor are the stream-K configs 14-16 (pick 0: built and tested on the CPU, docs/gemm_engine.md),
+ * nor the larger tiles 17-20, which need fewer operand bytes per MMA cycle than 128 x 256's 47 per
+ * SM clock (the engine measured 40-43 delivered): 256 x 192 in 3 stages (36 B; 192 accumulators per
+ * consumer thread; ptxas: no spills in its plain, chunks and pull kernels, 20 bytes in the
+ * stream-K twin's and 612 in the scatter epilogue's, which a measured table must not give it) and
+ * 192 x 192 in 4 stages (43 B; each consumer 192 rows by 96 columns, torch.matmul's fastest kernel
+ * on the large W = 8 rows is a 192 x 192 one; a width per consumer that is not a multiple of 64:
+ * column-major B only, config.cuh). */
 #ifndef AGMM_KERNELS_GEMM_CONFIGS_H
 #define AGMM_KERNELS_GEMM_CONFIGS_H
 
@@ -55,7 +58,9 @@
     X(256, 128, 4, 1, 1, 2, 0, 0, 1.00, "256x128x64/s4/stk")      \
     X(128, 128, 6, 1, 1, 2, 0, 0, 0.80, "128x128x64/s6/stk")     \
     X(256, 192, 3, 1, 1, 0, 0, 0, 1.00, "256x192x64/s3")          \
-    X(256, 192, 3, 1, 1, 2, 0, 0, 1.00, "256x192x64/s3/stk")
+    X(256, 192, 3, 1, 1, 2, 0, 0, 1.00, "256x192x64/s3/stk")      \
+    X(192, 192, 4, 2, 1, 0, 0, 0, 1.00, "192x192x64/s4")          \
+    X(192, 192, 4, 2, 1, 2, 0, 0, 1.00, "192x192x64/s4/stk")
 
 /* The measured policy: X(rows, n, k, "config name") per measured shape, the fastest config there.
  * A plan whose shape lies near one of them (policy.c, agmm_gemm_policy_measured) and that has the

@@ -2,18 +2,14 @@
  * epilogue (epi_scatter.cuh: the fused matmul_reduce_scatter) over the plain A source, for the B
  * layout GEMM_INST_B_MN, under the name GEMM_INST_TABLE. A split-tail or stream-K config's entry is
  * {NULL, 0}: the epilogue stores whole tiles only, and the plan refuses those configs in scatter
- * mode. */
+ * mode; so is a config the layout cannot take (kernel.cuh, gemm_kernel_row). */
 #include "kernels/gemm/epi_scatter.cuh"
 #include "kernels/gemm/gemm_configs.h"
 #include "kernels/gemm/kernel.cuh"
 #include "kernels/gemm/kernels.h"
 
-#define GEMM_SCATTER_CFG(bm, bn, st, wgn, cl, pp) gemm_cfg<bm, bn, st, wgn, GEMM_INST_B_MN, cl, 0, pp>
-#define GEMM_SCATTER_ROW_SK0(bm, bn, st, wgn, cl, pp)                                                         \
-    {(const void *)gemm_ws_kernel<GEMM_SCATTER_CFG(bm, bn, st, wgn, cl, pp),                                   \
-                                  a_plain<GEMM_SCATTER_CFG(bm, bn, st, wgn, cl, pp)>,                          \
-                                  epi_scatter<GEMM_SCATTER_CFG(bm, bn, st, wgn, cl, pp)>>,                     \
-     smem_layout<GEMM_SCATTER_CFG(bm, bn, st, wgn, cl, pp), epi_scatter<GEMM_SCATTER_CFG(bm, bn, st, wgn, cl, pp)>>::total},
+#define GEMM_SCATTER_ROW_SK0(bm, bn, st, wgn, cl, pp) \
+    gemm_kernel_row<bm, bn, st, wgn, GEMM_INST_B_MN, cl, 0, pp, a_plain, epi_scatter>(),
 #define GEMM_SCATTER_ROW_SK1(bm, bn, st, wgn, cl, pp) {NULL, 0},
 #define GEMM_SCATTER_ROW_SK2(bm, bn, st, wgn, cl, pp) {NULL, 0},
 #define GEMM_SCATTER_ROW_SK(sk) GEMM_SCATTER_ROW_SK##sk

@@ -25,6 +25,7 @@
 #include "kernels/gemm/a_source.cuh"
 #include "kernels/gemm/consumer.cuh"
 #include "kernels/gemm/epilogue.cuh"
+#include "kernels/gemm/kernels.h"
 #include "kernels/gemm/producer.cuh"
 #include "kernels/gemm/ring.cuh"
 
@@ -89,6 +90,21 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_ws_kernel(const __grid_c
         cluster_sync();
     }
     Src::cta_end(p, word);
+}
+
+/* One row of the kernel table (kernels.h): the kernel of this config, A source and B layout with
+ * its dynamic shared memory, or {NULL, 0} where the layout cannot take the config (config.cuh:
+ * row-major B comes in 64-column boxes). Instantiates nothing for a config it refuses. */
+template <int BM, int BN, int ST, int WGN, int B_MN, int CL, int SK, int PP, template <class> class Src,
+          template <class> class Epi = gemm_epilogue_of>
+inline agmm_gemm_kernel gemm_kernel_row()
+{
+    if constexpr (B_MN && (PP ? BN : BN / WGN) % 64 != 0) { /* gemm_cfg's WN */
+        return agmm_gemm_kernel{NULL, 0};
+    } else {
+        using Cfg = gemm_cfg<BM, BN, ST, WGN, B_MN, CL, SK, PP>;
+        return agmm_gemm_kernel{(const void *)gemm_ws_kernel<Cfg, Src<Cfg>, Epi<Cfg>>, smem_layout<Cfg, Epi<Cfg>>::total};
+    }
 }
 
 #endif /* AGMM_KERNELS_GEMM_KERNEL_CUH */

@@ -325,7 +325,8 @@ agmm_status agmm_gemm_plan_create(agmm_gemm_plan **out, const agmm_gemm_desc *d,
     /* Scatter mode's GEMM is a plain one of all m rows (its visit only reorders the tiles). */
     const int sc = d->scatter.on;
     const agmm_gemm_problem pb = {.m = d->m, .n = d->n, .k = d->k, .nranks = sc ? 1 : d->nranks,
-                                  .rank = sc ? 0 : d->rank, .splits = d->splits, .ctas = budget, .sms = sms};
+                                  .rank = sc ? 0 : d->rank, .splits = d->splits, .ctas = budget, .sms = sms,
+                                  .b_row_major = d->b_layout == AGMM_LAYOUT_ROW_MAJOR};
     const int config = d->config >= 0 ? d->config : sc ? agmm_gemm_whole_tiles(agmm_gemm_policy_choose(&pb))
                                                        : agmm_gemm_policy_choose(&pb);
     pl->config = agmm_gemm_config_at(config);
@@ -334,6 +335,13 @@ agmm_status agmm_gemm_plan_create(agmm_gemm_plan **out, const agmm_gemm_desc *d,
                        "gemm engine: config=%d (%s): scatter mode stores whole tiles, not a split tail (config %d is "
                        "the same tile without)",
                        config, pl->config->name, agmm_gemm_whole_tiles(config));
+        goto fail;
+    }
+    if (!agmm_gemm_config_takes(pl->config, pb.b_row_major)) {
+        st = AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
+                       "gemm engine: config=%d (%s) takes column-major B only: its %d-column tile is not a whole number "
+                       "of the 64-column boxes a row-major B is loaded in",
+                       config, pl->config->name, pl->config->bn);
         goto fail;
     }
     if (pl->config->cluster == 2 && budget < 2) {

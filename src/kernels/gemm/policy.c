@@ -45,6 +45,11 @@ int agmm_gemm_config_find(const char *name)
     return -1;
 }
 
+int agmm_gemm_config_takes(const agmm_gemm_config *c, int b_row_major)
+{
+    return c != NULL && (!b_row_major || (c->pp ? c->bn : c->bn / c->wgn) % 64 == 0); /* a consumer's width */
+}
+
 void agmm_gemm_sched_fill(agmm_sched *s, const agmm_gemm_problem *pb, const agmm_gemm_config *c)
 {
     memset(s, 0, sizeof *s);
@@ -65,7 +70,7 @@ int agmm_gemm_policy_model(const agmm_gemm_problem *pb)
     double best_cost = 0;
     for (int c = 0; c < NUM_CONFIGS; c++) {
         const agmm_gemm_config *tc = &k_configs[c];
-        if (!tc->pick || (tc->cluster == 2 && pb->ctas < 2))
+        if (!tc->pick || (tc->cluster == 2 && pb->ctas < 2) || !agmm_gemm_config_takes(tc, pb->b_row_major))
             continue;
         agmm_sched s;
         agmm_gemm_sched_fill(&s, pb, tc);
@@ -94,7 +99,8 @@ int agmm_gemm_policy_measured(const agmm_gemm_problem *pb)
             best_dist = dist;
         }
     }
-    return best ? agmm_gemm_config_find(best->name) : -1;
+    const int c = best ? agmm_gemm_config_find(best->name) : -1;
+    return c >= 0 && agmm_gemm_config_takes(agmm_gemm_config_at(c), pb->b_row_major) ? c : -1;
 }
 
 int agmm_gemm_policy_choose(const agmm_gemm_problem *pb)

@@ -29,6 +29,7 @@ typedef struct {
     int nranks, rank, splits;
     int ctas;   /* the SM budget: CTAs the persistent grid may take */
     int sms;    /* the device's SMs */
+    int b_row_major; /* B is row-major (K x N): only configs that take it (agmm_gemm_config_takes) */
 } agmm_gemm_problem;
 
 /* The configs, in gemm_configs.h's order (their index is agmm_gemm_desc.config). */
@@ -39,16 +40,21 @@ const agmm_gemm_config *agmm_gemm_config_at(int config);
 const char *agmm_gemm_config_name(int config);
 /* The index of the config called `name`, or -1. */
 int agmm_gemm_config_find(const char *name);
+/* 1 where config c runs with B in that layout: row-major B comes in 64-column boxes, so a config
+ * whose consumers' width is not a multiple of 64 (192 x 192's 96) takes column-major B only
+ * (config.cuh). */
+int agmm_gemm_config_takes(const agmm_gemm_config *c, int b_row_major);
 
 /* The schedule of pb's problem in tiles of config c (group_m: the policy's L2 grouping). */
 void agmm_gemm_sched_fill(agmm_sched *s, const agmm_gemm_problem *pb, const agmm_gemm_config *c);
 
 /* The cost model's config: the pick = 1 config whose last wave ends first (waves x the cost of one
- * tile; ties within 2% go to the earlier, larger tile), skipping cluster configs below 2 CTAs. */
+ * tile; ties within 2% go to the earlier, larger tile), skipping cluster configs below 2 CTAs and
+ * configs that do not take pb's B layout. */
 int agmm_gemm_policy_model(const agmm_gemm_problem *pb);
 /* The measured table's config (gemm_configs.h): that of the nearest measured shape within
  * AGMM_GEMM_MEASURED_RADIUS, when the plan has the whole GPU as when it was measured (or all but
- * the one SM that fused leaves free); -1 when none applies. */
+ * the one SM that fused leaves free) and the config takes pb's B layout; -1 when none applies. */
 int agmm_gemm_policy_measured(const agmm_gemm_problem *pb);
 /* The policy: measured, else the model. */
 int agmm_gemm_policy_choose(const agmm_gemm_problem *pb);
