@@ -545,6 +545,7 @@ static void parse(int argc, char **argv, options *o)
     int ws[8] = {1, 2, 4, 8}, nw = 4, models = 1, cap = 0;
     int64_t min_m = 256, max_m = 4096, step = 128;
     const char *file = NULL;
+    int all_configs = 0;
     o->configs[0] = -1, o->nconfigs = 1;
     o->algos = MAX_ALGOS, o->reps = 20, o->warmup = 3, o->flush = 1;
     o->ws_bytes = (size_t)64 << 20;
@@ -575,7 +576,8 @@ static void parse(int argc, char **argv, options *o)
         else if (!strcmp(a, "--shapes-file"))
             file = v, i++;
         else if (!strcmp(a, "--configs")) {
-            if (!strcmp(v, "all")) {
+            all_configs = !strcmp(v, "all");
+            if (all_configs) {
                 o->nconfigs = 0;
                 for (int c = -1; c < agmm_gemm_num_configs() && o->nconfigs < MAX_VARIANTS; c++)
                     o->configs[o->nconfigs++] = c;
@@ -613,6 +615,15 @@ static void parse(int argc, char **argv, options *o)
             fprintf(stderr, "config %d out of range (-1 .. %d)\n", o->configs[i], agmm_gemm_num_configs() - 1);
             exit(2);
         }
+    /* "all" means every config the layout takes (a named one the plan refuses counts as failed). */
+    if (all_configs) {
+        int kept = 0;
+        for (int i = 0; i < o->nconfigs; i++)
+            if (o->configs[i] < 0 || agmm_gemm_config_takes(agmm_gemm_config_at(o->configs[i]),
+                                                            o->layout == AGMM_LAYOUT_ROW_MAJOR))
+                o->configs[kept++] = o->configs[i];
+        o->nconfigs = kept;
+    }
     if (file) {
         read_shapes(o, &cap, file);
     } else {

@@ -195,7 +195,6 @@ typedef struct {
 #endif
     void *flush;
     size_t flush_bytes;
-    uint64_t fills;             /* the random fills' seed: one more per fill */
     int nbuf;
     void *buf[AGMM_SCRATCH_MAX];  /* the io's other buffers (the type's scratch); NULL for 0 bytes */
     size_t buf_bytes[AGMM_SCRATCH_MAX];
@@ -204,8 +203,8 @@ typedef struct {
 static double now_ms(void) { return 1e-6 * (double)agmm_mono_ns(); }
 
 /* Fills `bytes` of the rank's memory as FILL_BYTE's comment says (ordered before the runs on the
- * stream). */
-static agmm_status fill(session *se, void *p, size_t bytes)
+ * stream); seed: which random values, the same for every candidate. */
+static agmm_status fill(session *se, void *p, size_t bytes, uint64_t seed)
 {
     agmm_status st = AGMM_SUCCESS;
     if (bytes == 0) /* an operation without a plan input (A_r in the io: the row-parallel matmuls) */
@@ -216,7 +215,7 @@ static agmm_status fill(session *se, void *p, size_t bytes)
     }
 #ifdef AGMM_HAVE_CUDA
     AGMM_CUDA_TRY(st, agmm_ctx_err(se->ctx),
-                  agmm_fill_random_bf16(p, bytes / 2, ++se->fills, (cudaStream_t)se->stream));
+                  agmm_fill_random_bf16(p, bytes / 2, seed, (cudaStream_t)se->stream));
     if (bytes % 2) /* no buffer of bf16 or fp32 has an odd size; finite all the same */
         AGMM_CUDA_TRY(st, agmm_ctx_err(se->ctx),
                       cudaMemsetAsync((char *)p + bytes - 1, FILL_BYTE, 1, (cudaStream_t)se->stream));
@@ -293,7 +292,7 @@ static agmm_status session_open(session *se)
         if (se->buf_bytes[i] == 0)
             continue;
         AGMM_CUDA_TRY(st, err, cudaMalloc(&se->buf[i], se->buf_bytes[i]));
-        AGMM_TRY(st, fill(se, se->buf[i], se->buf_bytes[i]));
+        AGMM_TRY(st, fill(se, se->buf[i], se->buf_bytes[i], 2 + (uint64_t)i));
     }
     AGMM_CUDA_TRY(st, err, cudaStreamSynchronize((cudaStream_t)se->stream));
 fail:
@@ -378,7 +377,7 @@ static agmm_status measure_one(session *se, const agmm_backend *b, double share_
     }
     /* The warm-up run, whose time (the slowest rank's) sets how many runs fit in the share. */
     if (ast == AGMM_SUCCESS) {
-        st = fill(se, agmm_plan_input(p), se->input_bytes);
+        st = fill(se, agmm_plan_input(p), se->input_bytes, 1);
         if (st == AGMM_SUCCESS)
             st = time_runs(se, p, 1, t);
         ast = agree_max(ctx, st == AGMM_SUCCESS ? t[0] : -1.0, &agreed);

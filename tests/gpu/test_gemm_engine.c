@@ -221,6 +221,29 @@ static void run_plain(pools *p, int64_t rows, int64_t n, int64_t k, agmm_layout 
     run_plain_ctas(p, rows, n, k, lay, config, full_rows, 0);
 }
 
+/* Stream-K (a /stk config): runs shape sh = {rows, n, k, max_ctas (0: the GPU)} twice on one plan
+ * in the first `layouts` B layouts where the policy's model (run here on the CPU) deals tiles,
+ * and, with `many`, only where it cuts tiles into 3 or more pieces; the plan must say the model's
+ * " stk=tiles/ctas" (the fix-up's counters are reset by each tile's last piece: the second run
+ * checks it). Every row against fp64 up to ~2.2e9 multiply-adds, else 16 sampled rows; every
+ * element for the poison's NaN. Returns 1 where it ran. */
+static int run_stream_k(pools *p, int config, const int64_t sh[4], int sms, int layouts, int many)
+{
+    const agmm_gemm_config *tc = agmm_gemm_config_at(config);
+    const int ctas = sh[3] ? (int)sh[3] : sms;
+    agmm_stream_k plan;
+    agmm_gemm_plan_stream_k(agmm_gemm_grid_tiles(config, sh[0], sh[1]), ctas, (int)((sh[2] + 63) / 64), tc->bm, tc->bn,
+                            &plan);
+    if (!plan.tiles || (many && plan.q >= plan.kb - 1))
+        return 0;
+    char says[48];
+    snprintf(says, sizeof says, " stk=%d/%d", plan.tiles, ctas);
+    const int64_t full_rows = sh[0] * sh[1] * sh[2] <= 2200000000 ? 1 << 20 : 64;
+    for (int lay = 0; lay < layouts; lay++)
+        run_plain_runs(p, sh[0], sh[1], sh[2], (agmm_layout)lay, config, full_rows, (int)sh[3], 2, says);
+    return 1;
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -540,35 +563,25 @@ void test_gemm_engine(void)
             run_plain_ctas(&p, 1000, 264, 1032, (agmm_layout)lay, c, 1 << 20, 7);
         }
 
-    /* Stream-K: per /stk config, the first two of these shapes and budgets whose plan deals tiles
-     * (the policy's model, run here on the CPU: the plan must say the same " stk=tiles/ctas"), each
-     * run twice on one plan (the fix-up's counters are reset by each tile's last piece). */
+    /* Stream-K: per /stk config, the first two of these shapes and budgets whose plan deals tiles,
+     * both layouts; and 1000 x 1000 x 2056 on the whole GPU, column-major B, where the plan cuts
+     * tiles into 3 or more pieces (a CTA's range shorter than a tile: q < K blocks - 1). */
     static const int64_t stk_shapes[][4] = {{1000, 264, 2056, 11}, {1000, 1000, 1032, 30}, {1000, 520, 2056, 11},
-                                            {1000, 1000, 4104, 7},  {1000, 1500, 2056, 30}, {1000, 1000, 2056, 0}};
+                                            {1000, 1000, 4104, 7},  {1000, 1504, 2056, 30}};
+    static const int64_t stk_many[4] = {1000, 1000, 2056, 0};
+    int many_pieces = 0;
     for (int c = 0; c < agmm_gemm_num_configs(); c++) {
-        const agmm_gemm_config *tc = agmm_gemm_config_at(c);
+        if (agmm_gemm_config_at(c)->sk != 2)
+            continue;
         int dealt = 0;
-        for (int i = 0; tc->sk == 2 && dealt < 2 && i < (int)(sizeof stk_shapes / sizeof stk_shapes[0]); i++) {
-            const int64_t *sh = stk_shapes[i];
-            const int ctas = sh[3] ? (int)sh[3] : sms;
-            agmm_stream_k plan;
-            agmm_gemm_plan_stream_k(agmm_gemm_grid_tiles(c, sh[0], sh[1]), ctas, (int)((sh[2] + 63) / 64), tc->bm,
-                                    tc->bn, &plan);
-            if (!plan.tiles)
-                continue;
-            char says[48];
-            snprintf(says, sizeof says, " stk=%d/%d", plan.tiles, ctas);
-            /* Every row against fp64 up to ~1.1e9 multiply-adds, else 16 sampled rows (and every
-             * element checked for the poison's NaN). */
-            const int64_t full_rows = sh[0] * sh[1] * sh[2] <= 1100000000 ? 1 << 20 : 64;
-            for (int lay = 0; lay < 2; lay++)
-                run_plain_runs(&p, sh[0], sh[1], sh[2], (agmm_layout)lay, c, full_rows, (int)sh[3], 2, says);
-            dealt++;
-        }
-        if (tc->sk == 2)
-            agmm_check(dealt == 2, "gemm_engine %s: stream-K dealt on %d of the test's shapes (2 wanted)", tc->name,
-                       dealt);
+        for (int i = 0; dealt < 2 && i < (int)(sizeof stk_shapes / sizeof stk_shapes[0]); i++)
+            dealt += run_stream_k(&p, c, stk_shapes[i], sms, 2, 0);
+        agmm_check(dealt == 2, "gemm_engine %s: stream-K dealt on %d of the test's shapes (2 wanted)",
+                   agmm_gemm_config_name(c), dealt);
+        many_pieces += run_stream_k(&p, c, stk_many, sms, 1, 1);
     }
+    agmm_check(many_pieces >= 1, "gemm_engine: a stream-K plan cut tiles into 3 or more pieces in %d configs (1 wanted)",
+               many_pieces);
 
     test_hooks(&p, 200, sms / 4, 1);
     test_hooks(&p, 1032, 30, 0);

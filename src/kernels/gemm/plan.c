@@ -339,9 +339,9 @@ agmm_status agmm_gemm_plan_create(agmm_gemm_plan **out, const agmm_gemm_desc *d,
     }
     if (!agmm_gemm_config_takes(pl->config, pb.b_row_major)) {
         st = AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
-                       "gemm engine: config=%d (%s) takes column-major B only: its %d-column tile is not a whole number "
-                       "of the 64-column boxes a row-major B is loaded in",
-                       config, pl->config->name, pl->config->bn);
+                       "gemm engine: config=%d (%s) takes column-major B only: each consumer's %d columns are not a "
+                       "whole number of the 64-column boxes a row-major B is loaded in",
+                       config, pl->config->name, pl->config->pp ? pl->config->bn : pl->config->bn / pl->config->wgn);
         goto fail;
     }
     if (pl->config->cluster == 2 && budget < 2) {
