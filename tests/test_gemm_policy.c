@@ -287,10 +287,13 @@ static int stream_k_ok(int64_t tiles, int ctas, int kb, int bm, int bn, char *wh
         }
         max_segs = segs > max_segs ? segs : max_segs;
     }
-    for (int64_t it = 0; it < iters; it++)
-        if (!seen[it] || (it % kb && piece_of[it] < piece_of[it - 1]))
-            return snprintf(why, len, "iteration %lld of %lld: in no unit, or pieces out of K order", (long long)it,
-                            (long long)iters), 0;
+    for (int64_t it = 0; it < iters; it++) {
+        const uint32_t b = agmm_stream_k_cta(&s, (uint32_t)it); /* by multiplication, as on the device */
+        if (!seen[it] || (it % kb && piece_of[it] < piece_of[it - 1]) || b >= (uint32_t)ctas ||
+            agmm_stream_k_lo(&s, b) > it || agmm_stream_k_lo(&s, b + 1) <= it)
+            return snprintf(why, len, "iteration %lld of %lld: in no unit, pieces out of K order, or CTA %u's range",
+                            (long long)it, (long long)iters, b), 0;
+    }
     if (max_segs > s.segs || max_segs < s.segs - 1)
         return snprintf(why, len, "segs=%d but the CTAs' ranges touch at most %d tiles", s.segs, max_segs), 0;
     return 1;

@@ -186,4 +186,11 @@ void agmm_gemm_plan_stream_k(int64_t tiles, int ctas, int k_blocks, int bm, int 
             s->segs = (int32_t)segs;
         }
     }
+    if (s->tiles) { /* every dividend below iters (< 2^31) or segs * ctas */
+        const int64_t iters = (int64_t)s->tiles * k_blocks;
+        s->div_ctas = agmm_fastdiv_make(ctas, (int64_t)s->segs * ctas);
+        s->div_kb = agmm_fastdiv_make(k_blocks, iters);
+        s->div_q = agmm_fastdiv_make(s->q, iters);
+        s->div_q1 = agmm_fastdiv_make(s->q + 1, iters);
+    }
 }

@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "core/hd.h"
+#include "core/schedule.h"
 
 typedef struct {
     int64_t first;   /* whole tiles before the stream-K tiles: a multiple of ctas */
@@ -31,6 +32,9 @@ typedef struct {
     int32_t ctas;    /* the grid */
     int32_t q, rem;  /* iterations per CTA: q + 1 for CTAs below rem, q for the rest; q >= 1 */
     int32_t segs;    /* the most segments a CTA's range has: the walk's stream-K units per CTA */
+    /* The decode's divisors by multiplication (core/schedule.h's agmm_fastdiv: the device has no
+     * integer divider, and each division would be some twenty instructions per unit). */
+    agmm_fastdiv div_ctas, div_kb, div_q, div_q1;
 } agmm_stream_k;
 
 /* One unit of the stream-K part: K blocks [kb0, kb1) of stream-K tile `tile`, piece `piece` of
@@ -49,16 +53,16 @@ AGMM_HD uint32_t agmm_stream_k_lo(const agmm_stream_k *s, uint32_t b)
 /* The CTA whose range holds iteration x < iters. */
 AGMM_HD uint32_t agmm_stream_k_cta(const agmm_stream_k *s, uint32_t x)
 {
-    const uint32_t q = (uint32_t)s->q, big = (uint32_t)s->rem * (q + 1);
-    return x < big ? x / (q + 1) : (uint32_t)s->rem + (x - big) / q;
+    const uint32_t big = (uint32_t)s->rem * ((uint32_t)s->q + 1);
+    return x < big ? (uint32_t)agmm_fastdiv_div(x, s->div_q1) : (uint32_t)s->rem + (uint32_t)agmm_fastdiv_div(x - big, s->div_q);
 }
 
 /* Unit first + v of the walk, v < segs * ctas: CTA v % ctas's segment v / ctas. */
 AGMM_HD agmm_stream_k_seg agmm_stream_k_unit(const agmm_stream_k *s, uint32_t v)
 {
-    const uint32_t b = v % (uint32_t)s->ctas, seg = v / (uint32_t)s->ctas, kb = (uint32_t)s->kb;
-    const uint32_t lo = agmm_stream_k_lo(s, b), hi = agmm_stream_k_lo(s, b + 1);
-    uint32_t t = lo / kb + seg;
+    const uint32_t seg = (uint32_t)agmm_fastdiv_div(v, s->div_ctas), b = v - seg * (uint32_t)s->ctas;
+    const uint32_t kb = (uint32_t)s->kb, lo = agmm_stream_k_lo(s, b), hi = agmm_stream_k_lo(s, b + 1);
+    uint32_t t = (uint32_t)agmm_fastdiv_div(lo, s->div_kb) + seg;
     const uint32_t t_lo = t * kb;
     agmm_stream_k_seg g;
     if (t >= (uint32_t)s->tiles || t_lo >= hi) { /* past the range's last tile */
