@@ -46,6 +46,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 import warnings
 
 # NVLink multicast can take a shared host's GPUs down: never on, whatever the caller's environment.
@@ -116,30 +117,74 @@ def options():
 
 class Timer:
     """The seed's benchmark_distributed: warm-up, barrier, sleep, then per call an L2 flush and
-    CUDA events around the call; times of this rank's current stream."""
+    CUDA events around the call; times of this rank's current stream.
+
+    The sleep is what keeps host time out of the events: while the GPU sleeps the host enqueues
+    every timed call, so each call's kernels are queued before its start event runs. The seed's
+    fixed 2e7 cycles (~12 ms) cover 100 calls only if each takes under ~120 us of host time, and a
+    column whose Python path is slower would be timed with the host's gaps inside its events. So the
+    sleep is the seed's or, where that is too short, 1.5 x the enqueue time measured on the warm-up
+    (the longest of all ranks', so they stay in step); a loop that still outlasts it is reported in
+    the cell's note."""
+
+    SEED_CYCLES = int(2e7)
+    MAX_CYCLES = int(4e9)
 
     def __init__(self, args):
         self.warmup, self.iters = args.warmup, args.iters
         self.flush = None if args.no_flush else torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+        self.ms_per_cycle = None
 
-    def __call__(self, fn):
-        for _ in range(self.warmup):
-            fn()
-        dist.barrier()
-        torch.cuda.synchronize()
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(self.iters)]
-        torch.cuda._sleep(int(2e7))
+    def _sleep_ms_per_cycle(self):
+        """torch.cuda._sleep's GPU milliseconds per cycle, measured once (the clock is as found)."""
+        if self.ms_per_cycle is None:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(int(1e6))
+            start.record()
+            torch.cuda._sleep(int(1e7))
+            end.record()
+            torch.cuda.synchronize()
+            self.ms_per_cycle = max(start.elapsed_time(end), 1e-3) / 1e7
+        return self.ms_per_cycle
+
+    def _enqueue(self, fn, events):
         for start, end in events:
             if self.flush is not None:
                 self.flush.zero_()
             start.record()
             fn()
             end.record()
+
+    def __call__(self, fn):
+        for _ in range(self.warmup):
+            fn()
+        # The host's time per timed call: a few calls enqueued as the timed loop does.
+        probe = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                 for _ in range(min(10, self.iters))]
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        self._enqueue(fn, probe)
+        host_ms = (time.perf_counter() - t0) * 1e3 / len(probe)
+        ms_per_cycle = self._sleep_ms_per_cycle()
+        want = min(max(self.SEED_CYCLES, int(1.5 * self.iters * host_ms / ms_per_cycle)), self.MAX_CYCLES)
+        cycles = torch.tensor([want], dtype=torch.int64, device="cuda")
+        dist.all_reduce(cycles, op=dist.ReduceOp.MAX)
+        cycles = int(cycles.item())
+        dist.barrier()
+        torch.cuda.synchronize()
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in range(self.iters)]
+        torch.cuda._sleep(cycles)
+        t0 = time.perf_counter()
+        self._enqueue(fn, events)
+        enqueue_ms = (time.perf_counter() - t0) * 1e3
         torch.cuda.synchronize()
         times = [start.elapsed_time(end) * 1e3 for start, end in events]
+        sleep_ms = cycles * ms_per_cycle
+        note = (f"host-bound: {self.iters} calls took {enqueue_ms:.1f} ms to enqueue, the sleep {sleep_ms:.1f} ms"
+                if enqueue_ms > sleep_ms else "")
         return {"mean_us": statistics.fmean(times), "median_us": statistics.median(times),
-                "min_us": min(times), "max_us": max(times)}
+                "min_us": min(times), "max_us": max(times), "host_note": note}
 
 
 def rel_err(got, want):
@@ -288,7 +333,10 @@ def measure(columns, op, timer):
             else:
                 ok, err, exact_a, note = check(first, golden, op)
             row = {"state": "ok" if ok else "wrong", "err": err, "exact_a": exact_a, "note": note}
-            row.update(timer(lambda: call(*inputs)))
+            timing = timer(lambda: call(*inputs))
+            host_note = timing.pop("host_note")
+            row.update(timing)
+            row["note"] = "; ".join(x for x in (note, host_note) if x)
         except agmm.Unsupported as e:
             row = {"state": "skipped", "note": str(e)}
         except Exception as e:          # a column that fails is a cell that says why, as in the seed
