@@ -65,20 +65,30 @@ void test_gemm_policy_table(void)
     agmm_check(!agmm_gemm_config_at(-1) && !agmm_gemm_config_at(n) && !strcmp(agmm_gemm_config_name(n), "?") &&
                    agmm_gemm_config_find("no such config") == -1 && agmm_gemm_config_find(NULL) == -1,
                "gemm policy: config -1 and %d are out of range, an unknown name is -1", n);
-    /* Scatter mode's whole tiles: a split-tail config maps to its tile and ring without the split,
-     * any other config to itself; its grid counts those tiles. */
-    int wrong = 0, sk = 0;
+    /* Scatter mode's config: a split-tail or stream-K config maps to its tile and ring without the
+     * split; a tile of more than AGMM_GEMM_SCATTER_MAX_ACC accumulators per thread (256 x 192) to a
+     * narrower whole-tile config of the same rows and consumers; any other to itself. The grid counts
+     * a config's tiles. */
+    int wrong = 0, sk = 0, narrowed = 0;
     for (int c = 0; c < n; c++) {
-        const agmm_gemm_config *tc = agmm_gemm_config_at(c), *w = agmm_gemm_config_at(agmm_gemm_whole_tiles(c));
+        const agmm_gemm_config *tc = agmm_gemm_config_at(c), *w = agmm_gemm_config_at(agmm_gemm_scatter_config(c));
+        const int wm = tc->pp ? tc->bm : tc->wgn == 1 ? tc->bm / 2 : tc->bm, wn = tc->pp ? tc->bn : tc->bn / tc->wgn;
+        const int fits = wm * wn / 128 <= AGMM_GEMM_SCATTER_MAX_ACC;
         sk += tc->sk != 0;
-        wrong += !w || w->sk || w->bm != tc->bm || w->bn != tc->bn || w->stages != tc->stages || w->pp != tc->pp ||
-                 (!tc->sk && agmm_gemm_whole_tiles(c) != c) ||
+        narrowed += !fits;
+        wrong += !w || w->sk || w->bm != tc->bm || w->wgn != tc->wgn || w->pp != tc->pp || w->cluster != tc->cluster ||
+                 (fits ? w->bn != tc->bn || w->stages != tc->stages : w->bn >= tc->bn) ||
+                 (!tc->sk && fits && agmm_gemm_scatter_config(c) != c) ||
                  agmm_gemm_grid_tiles(c, 1000, 520) != (1000 + tc->bm - 1) / tc->bm * ((520 + tc->bn - 1) / tc->bn);
     }
-    agmm_check(wrong == 0 && sk >= 1 && agmm_gemm_grid_tiles(-1, 8, 8) == 0,
-               "gemm policy: each of %d configs (%d split-tail or stream-K) has a whole-tile twin of the same tile and ring, "
-               "itself if it has no split; grid tiles of 1000 x 520 right (%d wrong)",
-               n, sk, wrong);
+    const int c256x192 = agmm_gemm_config_find("256x192x64/s3");
+    agmm_check(wrong == 0 && sk >= 1 && narrowed >= 1 && agmm_gemm_grid_tiles(-1, 8, 8) == 0 &&
+                   agmm_gemm_scatter_config(c256x192) == agmm_gemm_config_find("256x128x64/s4"),
+               "gemm policy: each of %d configs (%d split-tail or stream-K, %d past %d accumulators) has a scatter "
+               "config: its whole-tile twin of the same tile and ring, itself if it has no split, a narrower one of "
+               "the same rows past the accumulators (256x192 -> %s); grid tiles of 1000 x 520 right (%d wrong)",
+               n, sk, narrowed, AGMM_GEMM_SCATTER_MAX_ACC, agmm_gemm_config_name(agmm_gemm_scatter_config(c256x192)),
+               wrong);
 }
 
 typedef struct {

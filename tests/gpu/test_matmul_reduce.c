@@ -332,9 +332,10 @@ void test_matmul_reduce_skinny(void)
     unsetenv("AGMM_SKINNY");
 }
 
-/* The scatter epilogue under every tile config the engine has but the split tail's (forced through
- * the backend's hook: cooperative and ping-pong consumers, 128- and 64-row tiles, B-multicast
- * pairs), both operations, emulated W = 3, the two layouts of B in turn. */
+/* The scatter epilogue under every tile config scatter mode takes (agmm_gemm_scatter_config: not
+ * the split tail's or stream-K's, not 256 x 192's; forced through the backend's hook: cooperative
+ * and ping-pong consumers, 64- to 256-row tiles, B-multicast pairs), both operations, emulated
+ * W = 3, the two layouts of B in turn. */
 void test_matmul_reduce_fused_configs(void)
 {
     static const mr_shape two[] = {{1000, 520, 136, AGMM_LAYOUT_COL_MAJOR}, {777, 264, 256, AGMM_LAYOUT_ROW_MAJOR}};
@@ -342,7 +343,7 @@ void test_matmul_reduce_fused_configs(void)
     if (w == NULL)
         return;
     for (int c = 0; c < agmm_gemm_num_configs(); c++) {
-        if (agmm_gemm_config_at(c)->sk)
+        if (agmm_gemm_scatter_config(c) != c)
             continue;
         char label[96];
         snprintf(label, sizeof label, "emulated, config %d %s:", c, agmm_gemm_config_name(c));

@@ -32,7 +32,8 @@
  * nor the larger tiles 17-20, which need fewer operand bytes per MMA cycle than 128 x 256's 47 per
  * SM clock (the engine measured 40-43 delivered): 256 x 192 in 3 stages (36 B; 192 accumulators per
  * consumer thread; ptxas: no spills in its plain, chunks and pull kernels, 20 bytes in the
- * stream-K twin's and 612 in the scatter epilogue's, which a measured table must not give it) and
+ * stream-K twin's and 612 in the scatter epilogue's: scatter mode takes 256 x 128 instead,
+ * agmm_gemm_scatter_config) and
  * 192 x 192 in 4 stages (43 B; each consumer 192 rows by 96 columns, torch.matmul's fastest kernel
  * on the large W = 8 rows is a 192 x 192 one; a width per consumer that is not a multiple of 64:
  * column-major B only, config.cuh). */

@@ -327,14 +327,15 @@ agmm_status agmm_gemm_plan_create(agmm_gemm_plan **out, const agmm_gemm_desc *d,
     const agmm_gemm_problem pb = {.m = d->m, .n = d->n, .k = d->k, .nranks = sc ? 1 : d->nranks,
                                   .rank = sc ? 0 : d->rank, .splits = d->splits, .ctas = budget, .sms = sms,
                                   .b_row_major = d->b_layout == AGMM_LAYOUT_ROW_MAJOR};
-    const int config = d->config >= 0 ? d->config : sc ? agmm_gemm_whole_tiles(agmm_gemm_policy_choose(&pb))
+    const int config = d->config >= 0 ? d->config : sc ? agmm_gemm_scatter_config(agmm_gemm_policy_choose(&pb))
                                                        : agmm_gemm_policy_choose(&pb);
     pl->config = agmm_gemm_config_at(config);
-    if (sc && pl->config->sk) {
+    if (sc && agmm_gemm_scatter_config(config) != config) {
         st = AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
-                       "gemm engine: config=%d (%s): scatter mode stores whole tiles, not a split tail (config %d is "
-                       "the same tile without)",
-                       config, pl->config->name, agmm_gemm_whole_tiles(config));
+                       "gemm engine: config=%d (%s): scatter mode stores whole tiles of at most %d accumulators per "
+                       "thread, without a split tail or stream-K (config %d, %s, is the nearest that does)",
+                       config, pl->config->name, AGMM_GEMM_SCATTER_MAX_ACC, agmm_gemm_scatter_config(config),
+                       agmm_gemm_config_name(agmm_gemm_scatter_config(config)));
         goto fail;
     }
     if (!agmm_gemm_config_takes(pl->config, pb.b_row_major)) {

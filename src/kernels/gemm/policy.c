@@ -109,16 +109,27 @@ int agmm_gemm_policy_choose(const agmm_gemm_problem *pb)
     return c >= 0 ? c : agmm_gemm_policy_model(pb);
 }
 
-int agmm_gemm_whole_tiles(int config)
+/* A consumer thread's accumulators: its part of the tile (config.cuh's NACC). */
+static int accumulators(const agmm_gemm_config *c)
+{
+    const int wm = c->pp ? c->bm : c->wgn == 1 ? c->bm / 2 : c->bm, wn = c->pp ? c->bn : c->bn / c->wgn;
+    return wm * wn / 128;
+}
+
+int agmm_gemm_scatter_config(int config)
 {
     const agmm_gemm_config *c = agmm_gemm_config_at(config);
-    for (int i = 0; c && c->sk && i < NUM_CONFIGS; i++) {
+    int best = -1;
+    for (int i = 0; c && i < NUM_CONFIGS; i++) {
         const agmm_gemm_config *o = &k_configs[i];
-        if (!o->sk && o->bm == c->bm && o->bn == c->bn && o->stages == c->stages && o->wgn == c->wgn &&
-            o->cluster == c->cluster && o->pp == c->pp)
-            return i;
+        if (o->sk || o->bm != c->bm || o->wgn != c->wgn || o->cluster != c->cluster || o->pp != c->pp ||
+            o->bn > c->bn || accumulators(o) > AGMM_GEMM_SCATTER_MAX_ACC)
+            continue;
+        /* The widest; of equal widths, the one with config's ring (itself, or its twin). */
+        if (best < 0 || o->bn > k_configs[best].bn || (o->bn == k_configs[best].bn && o->stages == c->stages))
+            best = i;
     }
-    return config;
+    return best >= 0 ? best : config;
 }
 
 int64_t agmm_gemm_grid_tiles(int config, int64_t m, int64_t n)

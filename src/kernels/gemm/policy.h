@@ -59,9 +59,11 @@ int agmm_gemm_policy_measured(const agmm_gemm_problem *pb);
 /* The policy: measured, else the model. */
 int agmm_gemm_policy_choose(const agmm_gemm_problem *pb);
 
-/* The config with `config`'s tile and ring but no split tail: itself when it has none (the scatter
- * epilogue stores whole tiles only). */
-int agmm_gemm_whole_tiles(int config);
+/* The config scatter mode runs for `config` (the scatter epilogue stores whole tiles, and holds more
+ * state than epi_store): itself; for a split-tail or stream-K config its whole-tile twin; for a tile
+ * of more than AGMM_GEMM_SCATTER_MAX_ACC accumulators per consumer thread, the widest whole-tile
+ * config of the same rows, consumers and cluster that has at most that many. */
+int agmm_gemm_scatter_config(int config);
 /* Tiles of an m x n output in config's tiles (the scatter mode's flags are per tile). */
 int64_t agmm_gemm_grid_tiles(int config, int64_t m, int64_t n);
 
@@ -77,6 +79,9 @@ void agmm_gemm_plan_stream_k(int64_t tiles, int ctas, int k_blocks, int bm, int 
 
 #define AGMM_GEMM_MEASURED_RADIUS 0.3 /* summed |log2| distance of rows, n and k */
 #define AGMM_GEMM_SPLIT_MAX 16        /* most K pieces a split tile is cut into */
+/* The scatter epilogue's accumulators per thread (ptxas: 192, 256 x 192's, spilled 612 bytes; 144,
+ * 192 x 192's, none). */
+#define AGMM_GEMM_SCATTER_MAX_ACC 144
 
 #ifdef __cplusplus
 }
