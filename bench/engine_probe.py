@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """bench/engine_probe.sh's tables.
 
-1. Per config, CTA budget and shape: the engine's median time, the SM clock while loaded (the
-   samples with power above 60% of the run's highest), and the cycles per K block of one CTA:
+1. Per config, CTA budget and shape: the engine's median time, the SM clock it ran at (gemm-lab
+   --clock's sm_mhz; without it, nvidia-smi's samples with power above 60% of the run's highest,
+   which miss short runs), the power while loaded, and the cycles per K block of one CTA:
    time x clock / (ceil(tiles / CTAs) x K/64), beside the MMAs' own cycles per K block
    (BM x BN x 64 multiply-adds at 2048 per SM clock, dense bf16 on Hopper). The same cycles at
-   fewer CTAs: a limit of each SM's own; fewer: a shared one (the L2, HBM).
+   fewer CTAs: a limit of each SM's own; fewer: a shared one (the L2, HBM). With the whole GPU,
+   cuBLASLt's fastest of 4 algorithms beside it: its time and its clock (lt_us, lt_MHz).
 2. Per config and CTA budget, the 8192 x 8192 x K runs (K = 1024, 4096, 16384) fitted as
    cycles per tile = per_tile + per_kb x K blocks (least squares): per_kb against the MMAs' cycles
    says how well the mainloop keeps the tensor pipe busy; per_tile is what a tile costs outside it
@@ -52,14 +54,17 @@ def rows(d):
     out = []
     for f in sorted(glob.glob(os.path.join(d, "probe_*.csv"))):
         tag = os.path.basename(f)[len("probe_"):-len(".csv")]
-        mhz, watts = loaded_clock(os.path.join(d, f"clk_{tag}.csv"))
+        smi_mhz, watts = loaded_clock(os.path.join(d, f"clk_{tag}.csv"))
         for r in csv.DictReader(open(f)):
+            mhz = float(r.get("sm_mhz") or "nan")
+            mhz = smi_mhz if mhz != mhz else mhz
             tiles = int(re.search(r"tiles=(\d+)", r["config"]).group(1))
             ctas = int(re.search(r"ctas=(\d+)", r["config"]).group(1))
             out.append(dict(config=r["config"].split()[0], ctas=ctas, rows=int(r["rows"]), n=int(r["N"]),
                             k=int(r["K"]), us=float(r["engine_us"]), mhz=mhz, watts=watts,
                             per_cta=math.ceil(tiles / ctas), kb=math.ceil(int(r["K"]) / 64),
-                            tf=float(r["engine_tflops"])))
+                            tf=float(r["engine_tflops"]), lt_us=float(r.get("lt_best_us") or "nan"),
+                            lt_mhz=float(r.get("lt_best_mhz") or "nan")))
     return out
 
 
@@ -78,12 +83,13 @@ def main():
     runs = rows(d)
     runs.sort(key=lambda r: (r["config"], -r["ctas"], r["rows"], r["k"]))
     print(f"{'config':<22} {'ctas':>4} {'shape':<17} {'us':>9} {'MHz':>6} {'W':>5} {'cyc/KB':>7} {'MMA/KB':>7} "
-          f"{'TF/CTA':>7}")
+          f"{'TF/CTA':>7} {'lt_us':>9} {'lt_MHz':>6}")
     for r in runs:
         cyc = r["us"] * r["mhz"] / (r["per_cta"] * r["kb"])
         shape = f"{r['rows']}x{r['n']}x{r['k']}"
         print(f"{r['config']:<22} {r['ctas']:>4} {shape:<17} {r['us']:>9.1f} {r['mhz']:>6.0f} {r['watts']:>5.0f} "
-              f"{cyc:>7.0f} {mma_cycles(r['config']):>7.0f} {r['tf'] / r['ctas']:>7.2f}")
+              f"{cyc:>7.0f} {mma_cycles(r['config']):>7.0f} {r['tf'] / r['ctas']:>7.2f} {r['lt_us']:>9.1f} "
+              f"{r['lt_mhz']:>6.0f}")
     print()
     print("8192 x 8192 x K, K = 1024 .. 16384: cycles per tile = per_tile + per_kb x K blocks")
     print(f"{'config':<22} {'ctas':>4} {'per_kb':>7} {'MMA/KB':>7} {'kb/MMA':>7} {'per_tile':>9}")

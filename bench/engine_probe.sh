@@ -2,9 +2,9 @@
 # What bounds the GEMM engine's large shapes, in one call on the GPU machine (under 10 minutes for
 # four configs): per tile config, the engine alone (gemm-lab --engine-only, no L2 flush between
 # calls, so the GPU stays loaded) on 4096^3 and 8192x8192xK for K = 1024, 4096, 16384, with the
-# whole GPU and with an SM budget of 66 and 33 CTAs (gemm-lab --max-ctas); the SM clock and power
-# sampled by nvidia-smi every 20 ms during each run, each run about a second long so that the
-# samples see it. bench/engine_probe.py turns the logs into cycles per K block per CTA at the
+# whole GPU and with an SM budget of 66 and 33 CTAs (gemm-lab --max-ctas); the SM clock of each
+# call measured on the GPU (gemm-lab --clock), the power sampled by nvidia-smi every 20 ms, each
+# run about a second long so that the samples see it. bench/engine_probe.py turns the logs into cycles per K block per CTA at the
 # loaded clock, and splits each config's time on the three K into a cost per K block and a cost
 # per tile:
 #   - cycles per K block falling at fewer CTAs: a shared limit (the L2's bandwidth, HBM);
@@ -34,7 +34,10 @@ probe() { # probe CONFIG CTAS NAME ROWS N K
     reps=$(awk -v m="$4" -v n="$5" -v k="$6" -v c="$2" 'BEGIN { r = int(5e12 * c / (2 * m * n * k)); print (r < 20 ? 20 : r) }')
     nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw --format=csv,noheader -lms 20 >"$OUT/clk_$tag.csv" 2>&1 &
     local smi=$!
-    timeout 60 "$LAB" --shapes-file "$OUT/shape_$tag.txt" --configs "$1" --max-ctas "$2" --algos 1 --engine-only \
+    # with the whole GPU, cuBLASLt's fastest of 4 is timed beside it (its time and clock in the table)
+    local lt="--algos 1 --engine-only"
+    [ "$2" -ge 132 ] && lt="--algos 4"
+    timeout 60 "$LAB" --shapes-file "$OUT/shape_$tag.txt" --configs "$1" --max-ctas "$2" $lt --clock \
         --no-flush --warmup 20 --reps "$reps" --csv "$OUT/probe_$tag.csv" >"$OUT/probe_$tag.log" 2>&1
     echo "config $1, $2 CTAs, $3 ($reps calls): rc=$?"
     kill "$smi" 2>/dev/null

@@ -25,11 +25,15 @@
  * rate per CTA rises when fewer SMs share the L2 says whether the L2's total bandwidth or
  * something of each SM's own (its intake, its pipeline's latency) bounds it. --engine-only times
  * the engine's variants alone (cuBLASLt still checks them; its columns print nan), so that what
- * is sampled during the run (the SM clock, the power) is the engine's.
+ * is sampled during the run (the SM clock, the power) is the engine's. --clock measures the SM
+ * clock each timed call ran at (sm_clock_kernel, after the call's end event: outside its time) and
+ * reports its median per variant (CSV columns sm_mhz, and lt_best_mhz for cuBLASLt's fastest;
+ * nan without --clock or untimed): nvidia-smi's samples
+ * miss calls shorter than its update period.
  *
  *   gemm-lab [--w 1,2,4,8] [--min 256] [--max 4096] [--step 128] [--no-models] [--shapes-file F]
- *            [--list-shapes] [--configs -1] [--algos 16] [--lt-clusters] [--ws-mib 64] [--max-ctas 0] [--engine-only] [--reps 20]
- *            [--warmup 3] [--layout col|row] [--no-flush] [--csv file]
+ *            [--list-shapes] [--configs -1] [--algos 16] [--lt-clusters] [--ws-mib 64] [--max-ctas 0] [--engine-only] [--clock]
+ *            [--reps 20] [--warmup 3] [--layout col|row] [--no-flush] [--csv file]
  */
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -116,6 +120,7 @@ typedef struct {
     int algos, reps, warmup, flush, list, lt_clusters;
     int max_ctas;               /* the engine's SM budget (0: every SM) */
     int engine_only;            /* time the engine's variants only */
+    int clock;                  /* measure the SM clock after each timed call */
     size_t ws_bytes;
     agmm_layout layout;
     const char *csv;
@@ -129,6 +134,7 @@ typedef struct {
     size_t flush_bytes;
     cudaEvent_t e0, e1;
     double *d_sums;
+    float *d_mhz; /* --clock: [variant][rep] */
     void *d_a, *d_b, *d_c, *d_ref;
 } lab;
 
@@ -253,6 +259,25 @@ static void poison(void *c, size_t elems)
     CHECK_CUDA(cudaGetLastError());
 }
 
+/* The SM clock in MHz, from clock64 against the globaltimer over 20 us of one warp's spin, both
+ * ends taken at a tick of the globaltimer so that its resolution does not count. Launched right
+ * after a timed call: the GPU changes its clock over milliseconds, so this is the call's clock. */
+__global__ void sm_clock_kernel(float *mhz)
+{
+    uint64_t t0, t1, first;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(first));
+    do
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    while (t0 == first);
+    const long long c0 = clock64();
+    do
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+    while (t1 - t0 < 20000);
+    const long long c1 = clock64();
+    if (threadIdx.x == 0)
+        *mhz = (float)(c1 - c0) * 1e3f / (float)(t1 - t0);
+}
+
 /* One timed variant of a shape: an engine config (plan != NULL) or cuBLASLt algorithm `algo`. */
 typedef struct {
     agmm_gemm_plan *plan;
@@ -261,6 +286,7 @@ typedef struct {
     int ok;
     double rel, nans, us;
     float *t;
+    float mhz; /* --clock: the median SM clock of its timed calls; nan without */
 } variant;
 
 typedef struct {
@@ -302,7 +328,7 @@ static void stat_add(const shape *s, int config, double ratio)
     g->count++;
 }
 
-static void time_variant(lab *L, const options *o, const lt_set *P, variant *v, int rep)
+static void time_variant(lab *L, const options *o, const lt_set *P, variant *v, int index, int rep)
 {
     if (o->flush)
         CHECK_CUDA(cudaMemsetAsync(L->flush, rep & 0xff, L->flush_bytes, 0));
@@ -317,10 +343,22 @@ static void time_variant(lab *L, const options *o, const lt_set *P, variant *v, 
         CHECK_LT(lt_run(L, P, v->algo, L->d_c));
     }
     CHECK_CUDA(cudaEventRecord(L->e1, 0));
+    if (o->clock)
+        sm_clock_kernel<<<1, 32>>>(L->d_mhz + (size_t)index * o->reps + rep);
     CHECK_CUDA(cudaEventSynchronize(L->e1));
     float ms;
     CHECK_CUDA(cudaEventElapsedTime(&ms, L->e0, L->e1));
     v->t[rep] = ms * 1000.0f;
+}
+
+/* " at N MHz" for a measured clock, "" for nan. */
+static const char *mhz_note(float mhz)
+{
+    static char buf[32];
+    if (mhz != mhz)
+        return "";
+    snprintf(buf, sizeof buf, "  %.0f MHz", mhz);
+    return buf;
 }
 
 /* One shape: every engine variant and every cuBLASLt algorithm checked, then timed round-robin.
@@ -390,13 +428,24 @@ static int run_shape(lab *L, const options *o, FILE *csv, const shape *s)
     for (int i = 0; i < timed; i++) {
         v[i].t = (float *)malloc(o->reps * sizeof(float));
         for (int w = 0; w < o->warmup; w++)
-            time_variant(L, o, &P, &v[i], 0);
+            time_variant(L, o, &P, &v[i], i, 0);
     }
     /* Round-robin over the variants, so clock and thermal drift hit them all alike. */
     for (int r = 0; r < o->reps; r++)
         for (int i = 0; i < timed; i++)
-            time_variant(L, o, &P, &v[i], r);
-    CHECK_CUDA(cudaGetLastError());
+            time_variant(L, o, &P, &v[i], i, r);
+    CHECK_CUDA(cudaDeviceSynchronize());
+    float *mhz = (float *)malloc((size_t)o->reps * sizeof(float));
+    for (int i = 0; i < nv; i++) {
+        v[i].mhz = NAN;
+        if (!o->clock || i >= timed)
+            continue;
+        CHECK_CUDA(cudaMemcpy(mhz, L->d_mhz + (size_t)i * o->reps, (size_t)o->reps * sizeof(float),
+                              cudaMemcpyDeviceToHost));
+        qsort(mhz, o->reps, sizeof(float), cmp_float);
+        v[i].mhz = mhz[o->reps / 2];
+    }
+    free(mhz);
     int best = -1, n_ok = 0;
     for (int i = 0; i < nv; i++) {
         if (i < timed) {
@@ -423,16 +472,16 @@ static int run_shape(lab *L, const options *o, FILE *csv, const shape *s)
     for (int i = 0; i < n_engine; i++) {
         const variant *x = &v[i];
         const double ratio = x->us / v[best].us;
-        printf("%-8s %2d %5lld %6lld %5lld %5lld  %-38s %9.1f %9.1f %9.1f %2d  %6.3f %6.3f  %6.1f %6.1f  %.1e %s\n",
+        printf("%-8s %2d %5lld %6lld %5lld %5lld  %-38s %9.1f %9.1f %9.1f %2d  %6.3f %6.3f  %6.1f %6.1f  %.1e %s%s\n",
                s->label, s->w, (long long)s->m, (long long)rows, (long long)n, (long long)k,
                agmm_gemm_plan_describe(x->plan), x->us, top1->us, v[best].us, v[best].algo, ratio, x->us / top1->us,
-               flop / x->us * 1e-6, flop / v[best].us * 1e-6, x->rel, x->ok ? "ok" : "FAIL");
+               flop / x->us * 1e-6, flop / v[best].us * 1e-6, x->rel, x->ok ? "ok" : "FAIL", mhz_note(x->mhz));
         if (csv)
-            fprintf(csv, "%s,%d,%lld,%lld,%lld,%lld,%d,%s,%.2f,%.2f,%.2f,%d,%s,%d,%d,%.4f,%.4f,%.1f,%.1f,%.3e,%lld\n",
+            fprintf(csv, "%s,%d,%lld,%lld,%lld,%lld,%d,%s,%.2f,%.2f,%.2f,%d,%s,%d,%d,%.4f,%.4f,%.1f,%.1f,%.3e,%lld,%.0f,%.0f\n",
                     s->label, s->w, (long long)s->m, (long long)rows, (long long)n, (long long)k, x->config,
                     agmm_gemm_plan_describe(x->plan), x->us, top1->us, v[best].us, v[best].algo, best_name, n_ok,
                     P.count, ratio, x->us / top1->us, flop / x->us * 1e-6, flop / v[best].us * 1e-6, x->rel,
-                    (long long)x->nans);
+                    (long long)x->nans, x->mhz, v[best].mhz);
         stat_add(s, x->config, x->ok ? ratio : -1.0);
         fails += !x->ok;
     }
@@ -522,7 +571,7 @@ static void usage(void)
 {
     fprintf(stderr, "usage: gemm-lab [--w 1,2,4,8] [--min M] [--max M] [--step S] [--no-models] [--shapes-file F] "
                     "[--list-shapes] [--configs -1,0,.. | all] [--algos N] [--lt-clusters] [--ws-mib N] [--max-ctas N] "
-                    "[--engine-only] [--reps N] [--warmup N] [--layout col|row] [--no-flush] [--csv F]\n");
+                    "[--engine-only] [--clock] [--reps N] [--warmup N] [--layout col|row] [--no-flush] [--csv F]\n");
     exit(2);
 }
 
@@ -563,6 +612,8 @@ static void parse(int argc, char **argv, options *o)
             o->lt_clusters = 1;
         else if (!strcmp(a, "--engine-only"))
             o->engine_only = 1;
+        else if (!strcmp(a, "--clock"))
+            o->clock = 1;
         else if (!has_value)
             usage();
         else if (!strcmp(a, "--w"))
@@ -658,6 +709,8 @@ int main(int argc, char **argv)
     CHECK_CUDA(cudaMalloc(&L.ws, L.ws_bytes));
     CHECK_CUDA(cudaMalloc(&L.flush, L.flush_bytes));
     CHECK_CUDA(cudaMalloc((void **)&L.d_sums, 3 * sizeof(double)));
+    if (o.clock)
+        CHECK_CUDA(cudaMalloc((void **)&L.d_mhz, (size_t)(MAX_VARIANTS + MAX_LT) * o.reps * sizeof(float)));
     CHECK_CUDA(cudaEventCreate(&L.e0));
     CHECK_CUDA(cudaEventCreate(&L.e1));
 
@@ -699,7 +752,7 @@ int main(int argc, char **argv)
     if (csv)
         fprintf(csv, "shape,W,M,rows,N,K,config_req,config,engine_us,lt_top1_us,lt_best_us,lt_best_algo,"
                      "lt_best_name,lt_algos_ok,lt_algos,engine_over_best,engine_over_top1,engine_tflops,best_tflops,"
-                     "rel_err,nans\n");
+                     "rel_err,nans,sm_mhz,lt_best_mhz\n");
 
     int fails = 0;
     for (int i = 0; i < o.nshapes; i++)
