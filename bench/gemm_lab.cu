@@ -28,8 +28,9 @@
  * is sampled during the run (the SM clock, the power) is the engine's. --clock measures the SM
  * clock each timed call ran at (sm_clock_kernel, after the call's end event: outside its time) and
  * reports its median per variant (CSV columns sm_mhz, and lt_best_mhz for cuBLASLt's fastest;
- * nan without --clock or untimed): nvidia-smi's samples
- * miss calls shorter than its update period.
+ * nan without --clock or where untimed), as nvidia-smi's samples cannot for calls shorter than
+ * its update period. Each measurement is a 20 us kernel between calls: on calls much shorter than
+ * that the GPU is mostly idle, and so is what it measures.
  *
  *   gemm-lab [--w 1,2,4,8] [--min 256] [--max 4096] [--step 128] [--no-models] [--shapes-file F]
  *            [--list-shapes] [--configs -1] [--algos 16] [--lt-clusters] [--ws-mib 64] [--max-ctas 0] [--engine-only] [--clock]
@@ -351,7 +352,7 @@ static void time_variant(lab *L, const options *o, const lt_set *P, variant *v, 
     v->t[rep] = ms * 1000.0f;
 }
 
-/* " at N MHz" for a measured clock, "" for nan. */
+/* "  N MHz" for a measured clock, "" for nan. */
 static const char *mhz_note(float mhz)
 {
     static char buf[32];
