@@ -27,10 +27,10 @@
  * since the consumers' remote arrive dropped .release.cluster (hopper_ptx.cuh; before: 1.5-2.6x),
  * so they are still not picked (docs/gemm_engine.md). Configs 5-9 are chosen only through the
  * measured table below (pick 0): none beats the others everywhere, and the cost model's eff numbers
- * do not rank them well. The ping-pong configs 10-13 are not measured yet (pick 0, eff guesses),
- * nor are the stream-K configs 14-16 (pick 0: built and tested on the CPU, docs/gemm_engine.md),
- * nor the larger tiles 17-20, which need fewer operand bytes per MMA cycle than 128 x 256's 47 per
- * SM clock (the engine measured 40-43 delivered): 256 x 192 in 3 stages (36 B; 192 accumulators per
+ * do not rank them well. So are the ping-pong configs 10-13, the stream-K configs 14-16
+ * (docs/gemm_engine.md) and the larger tiles 17-20 (pick 0, eff guesses; measured 2026-12-05:
+ * 10-20 are the fastest on 42 of the 130 shapes, none alone beats 128 x 256): 256 x 192 in 3
+ * stages (36 operand bytes per MMA cycle against 128 x 256's 47; 192 accumulators per
  * consumer thread; ptxas: no spills in its plain, chunks and pull kernels, 20 bytes in the
  * stream-K twin's and 612 in the scatter epilogue's: scatter mode takes 256 x 128 instead,
  * agmm_gemm_scatter_config) and
