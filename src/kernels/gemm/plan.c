@@ -330,19 +330,20 @@ agmm_status agmm_gemm_plan_create(agmm_gemm_plan **out, const agmm_gemm_desc *d,
     const int config = d->config >= 0 ? d->config : sc ? agmm_gemm_scatter_config(agmm_gemm_policy_choose(&pb))
                                                        : agmm_gemm_policy_choose(&pb);
     pl->config = agmm_gemm_config_at(config);
-    if (sc && agmm_gemm_scatter_config(config) != config) {
+    const int scatter_config = agmm_gemm_scatter_config(config);
+    if (sc && scatter_config != config) {
         st = AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
                        "gemm engine: config=%d (%s): scatter mode stores whole tiles of at most %d accumulators per "
                        "thread, without a split tail or stream-K (config %d, %s, is the nearest that does)",
-                       config, pl->config->name, AGMM_GEMM_SCATTER_MAX_ACC, agmm_gemm_scatter_config(config),
-                       agmm_gemm_config_name(agmm_gemm_scatter_config(config)));
+                       config, pl->config->name, AGMM_GEMM_SCATTER_MAX_ACC, scatter_config,
+                       agmm_gemm_config_name(scatter_config));
         goto fail;
     }
     if (!agmm_gemm_config_takes(pl->config, pb.b_row_major)) {
         st = AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
                        "gemm engine: config=%d (%s) takes column-major B only: each consumer's %d columns are not a "
                        "whole number of the 64-column boxes a row-major B is loaded in",
-                       config, pl->config->name, pl->config->pp ? pl->config->bn : pl->config->bn / pl->config->wgn);
+                       config, pl->config->name, agmm_gemm_consumer_cols(pl->config));
         goto fail;
     }
     if (pl->config->cluster == 2 && budget < 2) {

@@ -45,9 +45,14 @@ int agmm_gemm_config_find(const char *name)
     return -1;
 }
 
+int agmm_gemm_consumer_cols(const agmm_gemm_config *c)
+{
+    return c->pp ? c->bn : c->bn / c->wgn;
+}
+
 int agmm_gemm_config_takes(const agmm_gemm_config *c, int b_row_major)
 {
-    return c != NULL && (!b_row_major || (c->pp ? c->bn : c->bn / c->wgn) % 64 == 0); /* a consumer's width */
+    return c != NULL && (!b_row_major || agmm_gemm_consumer_cols(c) % 64 == 0);
 }
 
 void agmm_gemm_sched_fill(agmm_sched *s, const agmm_gemm_problem *pb, const agmm_gemm_config *c)
@@ -112,8 +117,8 @@ int agmm_gemm_policy_choose(const agmm_gemm_problem *pb)
 /* A consumer thread's accumulators: its part of the tile (config.cuh's NACC). */
 static int accumulators(const agmm_gemm_config *c)
 {
-    const int wm = c->pp ? c->bm : c->wgn == 1 ? c->bm / 2 : c->bm, wn = c->pp ? c->bn : c->bn / c->wgn;
-    return wm * wn / 128;
+    const int wm = c->pp ? c->bm : c->wgn == 1 ? c->bm / 2 : c->bm;
+    return wm * agmm_gemm_consumer_cols(c) / 128;
 }
 
 int agmm_gemm_scatter_config(int config)

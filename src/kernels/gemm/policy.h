@@ -44,6 +44,8 @@ int agmm_gemm_config_find(const char *name);
  * whose consumers' width is not a multiple of 64 (192 x 192's 96) takes column-major B only
  * (config.cuh). */
 int agmm_gemm_config_takes(const agmm_gemm_config *c, int b_row_major);
+/* The columns of c's tile each consumer warpgroup computes (config.cuh's WN). */
+int agmm_gemm_consumer_cols(const agmm_gemm_config *c);
 
 /* The schedule of pb's problem in tiles of config c (group_m: the policy's L2 grouping). */
 void agmm_gemm_sched_fill(agmm_sched *s, const agmm_gemm_problem *pb, const agmm_gemm_config *c);
