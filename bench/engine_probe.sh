@@ -12,7 +12,8 @@
 #   - per K block above the MMAs' own cycles: the mainloop issues or is fed below the tensor
 #     pipe's rate; per tile: what a tile costs outside its mainloop (the epilogue, the decode).
 #
-#   OUT=dir bench/engine_probe.sh [GEMM_LAB] [CONFIGS]     default: build/gemm-lab, "0 3 6 1"
+#   OUT=dir [CTAS="132 33"] bench/engine_probe.sh [GEMM_LAB] [CONFIGS]
+#   defaults: build/gemm-lab, "0 3 6 1", CTAS "132 66 33"
 #
 # Logs under $OUT (default ./out): probe_CONFIG_CTAS_SHAPE.{csv,log}, clk_CONFIG_CTAS_SHAPE.csv,
 # gpu.txt, probe.txt (the tables).
@@ -43,7 +44,7 @@ probe() { # probe CONFIG CTAS NAME ROWS N K
     kill "$smi" 2>/dev/null
     wait "$smi" 2>/dev/null
 }
-for ctas in 132 66 33; do
+for ctas in ${CTAS:-132 66 33}; do
     for c in $CONFIGS; do
         for s in $SHAPES; do
             IFS=: read -r name rows n k <<<"$s"
