@@ -79,7 +79,7 @@ void agmm_gemm_plan_split_tail(int64_t tiles, int ctas, int k_blocks, int64_t *f
  * On return s->tiles = 0 where it does not (s->first = tiles). */
 void agmm_gemm_plan_stream_k(int64_t tiles, int ctas, int k_blocks, int bm, int bn, agmm_stream_k *s);
 
-#define AGMM_GEMM_MEASURED_RADIUS 0.3 /* summed |log2| distance of rows, n and k */
+#define AGMM_GEMM_MEASURED_RADIUS 0.1 /* summed |log2| distance of rows, n and k */
 #define AGMM_GEMM_SPLIT_MAX 16        /* most K pieces a split tile is cut into */
 /* The scatter epilogue's accumulators per thread (ptxas: 192, 256 x 192's, spilled 612 bytes; 144,
  * 192 x 192's, none). */
