@@ -28,11 +28,12 @@
  * so they are still not picked (docs/gemm_engine.md). The cost model also picks 256 x 128 (6) and
  * 256 x 192 (17), which decide shapes it has not seen better with them than without: over the 130
  * lab shapes of 2026-12-05, each judged as if unmeasured, 1.164 of best cuBLAS (geomean) against
- * 1.178 (bench/policy_loo.py; eff 0.99 and 1.00 chosen on that run: 1.162-1.167 for any of 0.95-1.00
- * and 0.95-1.05, 1.178 once 256 x 128's passes 1.03). The other configs are chosen only through the measured table below (pick 0): none beats
- * the others everywhere, and the model's waves x tile cost does not rank them (the split-tail and
- * stream-K twins, the ping-pong configs 10-13, 192 x 192). Of configs 10-20, measured 2026-12-05,
- * each is the fastest on some of the 130 shapes (42 in all), none alone beats 128 x 256: 256 x 192 in 3
+ * 1.178 (bench/policy_loo.py; eff 0.99 and 1.00 chosen on that run: 1.162-1.167 for any of
+ * 0.95-1.00 and 0.95-1.05, 1.178 once 256 x 128's passes 1.03). The other configs are chosen only
+ * through the measured table below (pick 0): none beats the others everywhere, and the model's
+ * waves x tile cost does not rank them (the split-tail and stream-K twins, the ping-pong configs
+ * 10-13, 192 x 192). Of configs 10-20, measured 2026-12-05, each is the fastest on some of the 130
+ * shapes (42 in all), none alone beats 128 x 256: 256 x 192 in 3
  * stages (36 operand bytes per MMA cycle against 128 x 256's 47; 192 accumulators per
  * consumer thread; ptxas: no spills in its plain, chunks and pull kernels, 20 bytes in the
  * stream-K twin's and 612 in the scatter epilogue's: scatter mode takes 256 x 128 instead,
