@@ -73,7 +73,7 @@ def print_yardstick(lab, torch_us):
         print(f"| {k[2]}x{k[3]}x{k[4]} | {float(r['lt_top1_us']):.1f} | {best:.1f} | {r.get('lt_best_name', '')} | "
               f"{t:.1f} | {TORCH_KERNEL.get(k, '')[:90]} | {t / best:.3f} |")
     if ratios:
-        print(f"\ntorch / cuBLASLt best: geomean {math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}, "
+        print(f"\ntorch / cuBLASLt best: geomean {geomean(ratios):.3f}, "
               f"torch faster on {sum(x < 1 for x in ratios)} of {len(ratios)}")
 
 
@@ -86,6 +86,16 @@ def best_cublas(k, rows, torch_us):
 
 def ok(row):
     return row["nans"] == "0" and float(row["rel_err"]) <= 1e-2
+
+
+def fastest(rows):
+    """The fastest correct forced config's row of one shape ({config_req: row}), or None."""
+    good = [r for c, r in rows.items() if c >= 0 and ok(r)]
+    return min(good, key=lambda r: float(r["engine_us"])) if good else None
+
+
+def geomean(xs):
+    return math.exp(sum(map(math.log, xs)) / len(xs))
 
 
 def summarise(lab, torch_us, variant):
@@ -117,14 +127,14 @@ def print_summary(title, groups):
     print("|---|---|---|---|---|---|---|")
     for g in sorted(groups, key=order):
         r = groups[g]
-        geo = math.exp(sum(math.log(x[0]) for x in r) / len(r))
+        geo = geomean([x[0] for x in r])
         worst = max(r, key=lambda x: x[0])
         wk = worst[1]
         print(f"| {g} | {len(r)} | {geo:.3f} | {worst[0]:.3f} ({wk[2]}x{wk[3]}x{wk[4]}) | "
               f"{sum(x[0] <= 1.0 for x in r)} | {sum(x[0] <= 1.1 for x in r)} | {sum(x[4] == 'torch' for x in r)} |")
     allr = [x[0] for r in groups.values() for x in r]
     if allr:
-        print(f"| all | {len(allr)} | {math.exp(sum(map(math.log, allr)) / len(allr)):.3f} | {max(allr):.3f} | "
+        print(f"| all | {len(allr)} | {geomean(allr):.3f} | {max(allr):.3f} | "
               f"{sum(x <= 1.0 for x in allr)} | {sum(x <= 1.1 for x in allr)} | |")
 
 
@@ -148,9 +158,8 @@ def policy_table(lab):
     print("#define AGMM_GEMM_MEASURED(X) \\")
     lines = []
     for k, rows in sorted(lab.items(), key=lambda kv: kv[0][2:]):
-        good = [r for c, r in rows.items() if c >= 0 and ok(r)]
-        if good:
-            best = min(good, key=lambda r: float(r["engine_us"]))
+        best = fastest(rows)
+        if best:
             lines.append(f'    X({k[2]}, {k[3]}, {k[4]}, "{config_name(best)}")')
     print(" \\\n".join(lines))
 

@@ -20,7 +20,7 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gemm_ratio import best_cublas, load  # noqa: E402
+from gemm_ratio import best_cublas, fastest, geomean, load, ok  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 K_OVERHEAD = 192  # policy.c's per-tile fixed cost, in units of K
@@ -39,10 +39,6 @@ def radius():
     return float(re.search(r"#define AGMM_GEMM_MEASURED_RADIUS ([\d.]+)", text).group(1))
 
 
-def geomean(xs):
-    return math.exp(sum(map(math.log, xs)) / len(xs))
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("lab_csv")
@@ -56,21 +52,23 @@ def main():
     def us(rows, c):
         return float(rows[c]["engine_us"])
 
-    forced = {k: {c: r for c, r in rows.items() if c >= 0} for k, rows in lab.items()}
-    fastest = {k: min(rows, key=lambda c: us(rows, c)) for k, rows in forced.items()}
+    # the correct forced configs of every shape, and the fastest of them (gemm_ratio.py's, as --policy-table)
+    forced = {k: {c: r for c, r in rows.items() if c >= 0 and ok(r)} for k, rows in lab.items()}
+    forced = {k: rows for k, rows in forced.items() if rows}
+    winner = {k: int(fastest(rows)["config_req"]) for k, rows in forced.items()}
 
     def model(k):
         """agmm_gemm_policy_model: the pick = 1 config whose waves x (BM/128) x BN x (K + 192) / eff is
         least; a later config must beat the best so far by 2%."""
         best, best_cost = None, None
         for c, row in sorted(forced[k].items()):
-            name, ctas, tiles = row["config"].split()[0], re.search(r"ctas=(\d+)", row["config"]), \
-                re.search(r"tiles=(\d+)", row["config"])
+            name = row["config"].split()[0]
             pick, eff = table.get(name, (0, 1.0))
             if not pick:
                 continue
             bm, bn = (int(x) for x in re.match(r"(\d+)x(\d+)", name).groups())
-            waves = -(-int(tiles.group(1)) // int(ctas.group(1)))
+            tiles, ctas = (int(re.search(rf"{f}=(\d+)", row["config"]).group(1)) for f in ("tiles", "ctas"))
+            waves = -(-tiles // ctas)
             cost = waves * bm / 128 * bn * (k[4] + K_OVERHEAD) / eff
             if best is None or cost < best_cost * 0.98:
                 best, best_cost = c, cost
@@ -84,9 +82,9 @@ def main():
     for k, rows in forced.items():
         best, _ = best_cublas(k, lab[k], torch_us)
         near = min(((dist(k, o), o) for o in forced if o != k), default=(math.inf, None))
-        pick = fastest[near[1]] if near[0] <= reach else model(k)
+        pick = winner[near[1]] if near[0] <= reach else model(k)
         by_table += near[0] <= reach
-        out["oracle"].append(us(rows, fastest[k]) / best)
+        out["oracle"].append(us(rows, winner[k]) / best)
         out["cost model"].append(us(rows, model(k)) / best)
         out[f"policy, unmeasured (radius {reach:g})"].append(us(rows, pick) / best)
     print(f"{len(forced)} shapes; engine / best cuBLAS (leave-one-out: {by_table} took a neighbour's config)")
