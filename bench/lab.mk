@@ -11,17 +11,20 @@ $(BUILD)/gemm-lab: $(BUILD)/bench/gemm_lab.o $(BUILD)/libagmm.a
 -include $(BUILD)/bench/gemm_lab.d
 endif
 
-# Two one-file experiments, each with its command and result in its header: does initcheck see
-# cuBLASLt's stores (bench/initcheck_cublaslt.cu), and do streams made and destroyed make two share
-# a hardware queue (bench/stream_queues.cu).
+# Three one-file experiments, each with its command and result in its header: does initcheck see
+# cuBLASLt's stores (bench/initcheck_cublaslt.cu), do streams made and destroyed make two share
+# a hardware queue (bench/stream_queues.cu), and how fast a wgmma stream runs from shared memory
+# alone (bench/wgmma_rate.cu).
 ifeq ($(CUDA),1)
-.PHONY: initcheck-lab stream-queues
+.PHONY: initcheck-lab stream-queues wgmma-rate
 initcheck-lab: $(BUILD)/initcheck-lab
 stream-queues: $(BUILD)/stream-queues
+wgmma-rate: $(BUILD)/wgmma-rate
 $(BUILD)/initcheck-lab: $(BUILD)/bench/initcheck_cublaslt.o
 $(BUILD)/stream-queues: $(BUILD)/bench/stream_queues.o
-$(BUILD)/initcheck-lab $(BUILD)/stream-queues:
+$(BUILD)/wgmma-rate: $(BUILD)/bench/wgmma_rate.o
+$(BUILD)/initcheck-lab $(BUILD)/stream-queues $(BUILD)/wgmma-rate:
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
--include $(BUILD)/bench/initcheck_cublaslt.d $(BUILD)/bench/stream_queues.d
+-include $(BUILD)/bench/initcheck_cublaslt.d $(BUILD)/bench/stream_queues.d $(BUILD)/bench/wgmma_rate.d
 endif
