@@ -11,6 +11,10 @@
 #     the same at 33 and 66 CTAs: each SM's own;
 #   - per K block above the MMAs' own cycles: the mainloop issues or is fed below the tensor
 #     pipe's rate; per tile: what a tile costs outside its mainloop (the epilogue, the decode).
+# The cycles are time x gemm-lab --clock's reading, which is above the calls' own clock (its
+# header): on an H100 (2026-12-05) that put 128 x 256 at ~1150 cycles per K block at 33 CTAs where
+# ncu counts the mainloop at the MMAs' 1024 (bench/wgmma_rate.cu). Compare configs and CTA counts
+# within one run; take absolute cycles from ncu.
 #
 #   OUT=dir [CTAS="132 33"] bench/engine_probe.sh [GEMM_LAB] [CONFIGS]
 #   defaults: build/gemm-lab, "0 3 6 1", CTAS "132 66 33"

@@ -4,7 +4,14 @@
  * The yardstick: cuBLASLt's heuristic is asked for up to 16 algorithms (64 MiB workspace: at
  * least PyTorch's on Hopper, whose cuBLAS workspace is 32 MiB on sm_90 and whose cuBLASLt
  * workspace is at most that), each one is run and checked against the first, and each correct
- * one is timed; "best" is the fastest of them, "top1" the heuristic's first choice.
+ * one is timed; "top1" is the heuristic's first choice. Beside them, in the same rounds,
+ * cublasGemmEx (cuBLAS's own pick, torch.matmul's route: same workspace, fp32 compute, default
+ * algorithm): timed separately, torch.matmul ran up to 13% faster than cuBLASLt's best on large
+ * shapes, but most of that was the GPU's state, not the kernel: after a sweep of this lab's ~30
+ * variants per shape the clock sits lower than in a script that times one call per shape (H100,
+ * 2026-12-05: 8192 x 4096 x 4096, cuBLASLt best 399 us in the sweep, 355-361 in a short run,
+ * torch.matmul 346-351). "best" (the ratios, the summary) is the fastest correct one of the
+ * cuBLASLt algorithms and cublasGemmEx.
  *
  * Per shape: one untimed run of every variant on poisoned outputs (engine configs and cuBLASLt
  * algorithms alike compared with cuBLASLt's first algorithm on the device: relative Frobenius
@@ -25,18 +32,21 @@
  * rate per CTA rises when fewer SMs share the L2 says whether the L2's total bandwidth or
  * something of each SM's own (its intake, its pipeline's latency) bounds it. --engine-only times
  * the engine's variants alone (cuBLASLt still checks them; its columns print nan), so that what
- * is sampled during the run (the SM clock, the power) is the engine's. --clock measures the SM
- * clock each timed call ran at (sm_clock_kernel, after the call's end event: outside its time) and
+ * is sampled during the run (the SM clock, the power) is the engine's. --clock reads the SM clock
+ * right after each timed call (sm_clock_kernel, after the call's end event: outside its time) and
  * reports its median per variant (CSV columns sm_mhz, and lt_best_mhz for cuBLASLt's fastest;
- * nan without --clock or where untimed), as nvidia-smi's samples cannot for calls shorter than
- * its update period. Each measurement is a 20 us kernel between calls: on calls much shorter than
- * that the GPU is mostly idle, and so is what it measures.
+ * nan without --clock or where untimed). It is not the clock the call ran at: one warp spinning on
+ * an otherwise idle GPU reads higher. H100, 2026-12-05: 2071 MHz after the engine's calls at 33
+ * CTAs, above the card's 1980 maximum, where ncu measured the calls themselves at 1812 MHz
+ * (sm__cycles_elapsed over their duration; nvidia-smi sampled 1980). Use it to compare variants'
+ * readings within one run; for cycles, use ncu's sm__cycles_active (bench/wgmma_rate.cu).
  *
  *   gemm-lab [--w 1,2,4,8] [--min 256] [--max 4096] [--step 128] [--no-models] [--shapes-file F]
  *            [--list-shapes] [--configs -1] [--algos 16] [--lt-clusters] [--ws-mib 64] [--max-ctas 0] [--engine-only] [--clock]
  *            [--reps 20] [--warmup 3] [--layout col|row] [--no-flush] [--csv file]
  */
 #include <cublasLt.h>
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -129,6 +139,7 @@ typedef struct {
 
 typedef struct {
     cublasLtHandle_t lt;
+    cublasHandle_t blas; /* cublasGemmEx: torch.matmul's route */
     void *ws;
     size_t ws_bytes;
     void *flush;
@@ -150,6 +161,8 @@ static int cmp_float(const void *a, const void *b)
 typedef struct {
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t lb, la, lc;
+    cublasOperation_t ta;  /* B's op, as cublasGemmEx takes it too */
+    int64_t rows, n, k, ldb;
     cublasLtMatmulHeuristicResult_t h[MAX_LT];
     int count;
 } lt_set;
@@ -186,6 +199,8 @@ static void lt_set_make(lab *L, lt_set *P, int64_t rows, int64_t n, int64_t k, a
                         int clusters)
 {
     cublasOperation_t ta = lay == AGMM_LAYOUT_COL_MAJOR ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
+    P->ta = ta;
+    P->rows = rows, P->n = n, P->k = k, P->ldb = lay == AGMM_LAYOUT_COL_MAJOR ? k : n;
     CHECK_LT(cublasLtMatmulDescCreate(&P->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     CHECK_LT(cublasLtMatmulDescSetAttribute(P->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     CHECK_LT(cublasLtMatmulDescSetAttribute(P->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
@@ -226,6 +241,15 @@ static cublasStatus_t lt_run(lab *L, const lt_set *P, int i, void *c)
                           L->ws, L->ws_bytes, 0);
 }
 
+/* cublasGemmEx on the same operands: C^T (n x rows) = op(B) A^T, as cuBLASLt's call above. */
+static cublasStatus_t blas_run(lab *L, const lt_set *P, void *c)
+{
+    const float alpha = 1.0f, beta = 0.0f;
+    return cublasGemmEx(L->blas, P->ta, CUBLAS_OP_N, (int)P->n, (int)P->rows, (int)P->k, &alpha, L->d_b, CUDA_R_16BF,
+                        (int)P->ldb, L->d_a, CUDA_R_16BF, (int)P->k, &beta, c, CUDA_R_16BF, (int)P->n,
+                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}
+
 /* "id=21:tile=..:sk=1:st=..:cl=..": which kernel family an algorithm is, for the CSV. */
 static void lt_algo_name(const lt_set *P, int i, char *out, size_t len)
 {
@@ -262,7 +286,7 @@ static void poison(void *c, size_t elems)
 
 /* The SM clock in MHz, from clock64 against the globaltimer over 20 us of one warp's spin, both
  * ends taken at a tick of the globaltimer so that its resolution does not count. Launched right
- * after a timed call: the GPU changes its clock over milliseconds, so this is the call's clock. */
+ * after a timed call; it reads above the call's own clock (header comment). */
 __global__ void sm_clock_kernel(float *mhz)
 {
     uint64_t t0, t1, first;
@@ -279,10 +303,12 @@ __global__ void sm_clock_kernel(float *mhz)
         *mhz = (float)(c1 - c0) * 1e3f / (float)(t1 - t0);
 }
 
-/* One timed variant of a shape: an engine config (plan != NULL) or cuBLASLt algorithm `algo`. */
+/* One timed variant of a shape: an engine config (plan != NULL), cublasGemmEx (blas) or cuBLASLt
+ * algorithm `algo`. */
 typedef struct {
     agmm_gemm_plan *plan;
     int config; /* as requested: -1 is the policy */
+    int blas;
     int algo;
     int ok;
     double rel, nans, us;
@@ -340,6 +366,8 @@ static void time_variant(lab *L, const options *o, const lt_set *P, variant *v, 
             fprintf(stderr, "engine run failed: %s\n", err.msg);
             exit(1);
         }
+    } else if (v->blas) {
+        CHECK_LT(blas_run(L, P, L->d_c));
     } else {
         CHECK_LT(lt_run(L, P, v->algo, L->d_c));
     }
@@ -371,7 +399,7 @@ static int run_shape(lab *L, const options *o, FILE *csv, const shape *s)
     lt_set P;
     lt_set_make(L, &P, rows, n, k, o->layout, o->algos, o->lt_clusters);
 
-    variant v[MAX_VARIANTS + MAX_LT];
+    variant v[MAX_VARIANTS + MAX_LT + 1];
     int nv = 0, fails = 0;
     memset(v, 0, sizeof v);
     /* cuBLASLt's first algorithm is the reference for everything else. */
@@ -422,6 +450,17 @@ static int run_shape(lab *L, const options *o, FILE *csv, const shape *s)
         x->ok = x->nans == 0 && x->rel <= 1e-2;
         nv++;
     }
+    const int n_lt_end = nv;
+    variant *blas = &v[nv];
+    blas->blas = 1;
+    poison(L->d_c, c_elems);
+    if (blas_run(L, &P, L->d_c) == CUBLAS_STATUS_SUCCESS) {
+        blas->rel = compare(L, L->d_c, L->d_ref, c_elems, &blas->nans);
+        blas->ok = blas->nans == 0 && blas->rel <= 1e-2;
+        nv++;
+    } else {
+        blas = NULL;
+    }
     CHECK_CUDA(cudaDeviceSynchronize());
 
     /* --engine-only: cuBLASLt still checks, but is not timed (its times print as nan). */
@@ -455,7 +494,7 @@ static int run_shape(lab *L, const options *o, FILE *csv, const shape *s)
         } else {
             v[i].us = NAN;
         }
-        if (i >= n_engine && v[i].ok) {
+        if (i >= n_engine && i < n_lt_end && v[i].ok) {
             n_ok++;
             if (best < 0 || v[i].us < v[best].us)
                 best = i;
@@ -469,20 +508,30 @@ static int run_shape(lab *L, const options *o, FILE *csv, const shape *s)
     }
     char best_name[96];
     lt_algo_name(&P, v[best].algo, best_name, sizeof best_name);
+    if (blas && !blas->ok) {
+        printf("#   cublasGemmEx disagrees with cuBLASLt algorithm 0 (rel %.1e, %g NaN): not counted\n", blas->rel,
+               blas->nans);
+        blas = NULL;
+    }
+    const double blas_us = blas && blas->us == blas->us ? blas->us : NAN;
+    const double yard = blas_us < v[best].us ? blas_us : v[best].us; /* the fastest cuBLAS */
     const double flop = 2.0 * rows * n * k;
     for (int i = 0; i < n_engine; i++) {
         const variant *x = &v[i];
-        const double ratio = x->us / v[best].us;
-        printf("%-8s %2d %5lld %6lld %5lld %5lld  %-38s %9.1f %9.1f %9.1f %2d  %6.3f %6.3f  %6.1f %6.1f  %.1e %s%s\n",
+        const double ratio = x->us / yard;
+        printf("%-8s %2d %5lld %6lld %5lld %5lld  %-38s %9.1f %9.1f %9.1f %9.1f %2d  %6.3f %6.3f  %6.1f %6.1f  %.1e %s%s\n",
                s->label, s->w, (long long)s->m, (long long)rows, (long long)n, (long long)k,
-               agmm_gemm_plan_describe(x->plan), x->us, top1->us, v[best].us, v[best].algo, ratio, x->us / top1->us,
-               flop / x->us * 1e-6, flop / v[best].us * 1e-6, x->rel, x->ok ? "ok" : "FAIL", mhz_note(x->mhz));
+               agmm_gemm_plan_describe(x->plan), x->us, top1->us, v[best].us, blas_us, v[best].algo, ratio,
+               x->us / top1->us, flop / x->us * 1e-6, flop / yard * 1e-6, x->rel, x->ok ? "ok" : "FAIL",
+               mhz_note(x->mhz));
         if (csv)
-            fprintf(csv, "%s,%d,%lld,%lld,%lld,%lld,%d,%s,%.2f,%.2f,%.2f,%d,%s,%d,%d,%.4f,%.4f,%.1f,%.1f,%.3e,%lld,%.0f,%.0f\n",
+            fprintf(csv,
+                    "%s,%d,%lld,%lld,%lld,%lld,%d,%s,%.2f,%.2f,%.2f,%d,%s,%d,%d,%.4f,%.4f,%.1f,%.1f,%.3e,%lld,%.0f,%.0f,"
+                    "%.2f,%.0f\n",
                     s->label, s->w, (long long)s->m, (long long)rows, (long long)n, (long long)k, x->config,
                     agmm_gemm_plan_describe(x->plan), x->us, top1->us, v[best].us, v[best].algo, best_name, n_ok,
-                    P.count, ratio, x->us / top1->us, flop / x->us * 1e-6, flop / v[best].us * 1e-6, x->rel,
-                    (long long)x->nans, x->mhz, v[best].mhz);
+                    P.count, ratio, x->us / top1->us, flop / x->us * 1e-6, flop / yard * 1e-6, x->rel,
+                    (long long)x->nans, x->mhz, v[best].mhz, blas_us, blas ? blas->mhz : NAN);
         stat_add(s, x->config, x->ok ? ratio : -1.0);
         fails += !x->ok;
     }
@@ -705,13 +754,15 @@ int main(int argc, char **argv)
     lab L;
     memset(&L, 0, sizeof L);
     CHECK_LT(cublasLtCreate(&L.lt));
+    CHECK_LT(cublasCreate(&L.blas));
     L.ws_bytes = o.ws_bytes;
     L.flush_bytes = 256u << 20;
     CHECK_CUDA(cudaMalloc(&L.ws, L.ws_bytes));
+    CHECK_LT(cublasSetWorkspace(L.blas, L.ws, L.ws_bytes)); /* the variants run one at a time on stream 0 */
     CHECK_CUDA(cudaMalloc(&L.flush, L.flush_bytes));
     CHECK_CUDA(cudaMalloc((void **)&L.d_sums, 3 * sizeof(double)));
     if (o.clock)
-        CHECK_CUDA(cudaMalloc((void **)&L.d_mhz, (size_t)(MAX_VARIANTS + MAX_LT) * o.reps * sizeof(float)));
+        CHECK_CUDA(cudaMalloc((void **)&L.d_mhz, (size_t)(MAX_VARIANTS + MAX_LT + 1) * o.reps * sizeof(float)));
     CHECK_CUDA(cudaEventCreate(&L.e0));
     CHECK_CUDA(cudaEventCreate(&L.e1));
 
@@ -736,15 +787,16 @@ int main(int argc, char **argv)
     int ver = 0;
     cudaRuntimeGetVersion(&ver);
     printf("# gemm-lab on %s (%d SMs), CUDA runtime %d, cuBLASLt %zu; B %s-major; %s; median of %d after %d "
-           "warm-ups; cuBLASLt: up to %d heuristic algorithms, %zu MiB workspace\n",
+           "warm-ups; cuBLASLt: up to %d heuristic algorithms, and cublasGemmEx, %zu MiB workspace\n",
            prop.name, prop.multiProcessorCount, ver, cublasLtGetVersion(),
            o.layout == AGMM_LAYOUT_COL_MAJOR ? "column" : "row", o.flush ? "L2 flushed (256 MB) before each call" : "no flush",
            o.reps, o.warmup, o.algos, o.ws_bytes >> 20);
     if (o.max_ctas > 0 || o.engine_only)
         printf("# engine: at most %d CTAs (--max-ctas)%s\n", o.max_ctas > 0 ? o.max_ctas : prop.multiProcessorCount,
                o.engine_only ? "; cuBLASLt checks but is not timed (--engine-only)" : "");
-    printf("%-8s %2s %5s %6s %5s %5s  %-38s %9s %9s %9s %2s  %6s %6s  %6s %6s  %7s\n", "shape", "W", "M", "rows", "N",
-           "K", "engine (config)", "eng_us", "lt1_us", "best_us", "#", "/best", "/lt1", "TF_eng", "TF_bst", "rel_err");
+    printf("%-8s %2s %5s %6s %5s %5s  %-38s %9s %9s %9s %9s %2s  %6s %6s  %6s %6s  %7s\n", "shape", "W", "M", "rows",
+           "N", "K", "engine (config)", "eng_us", "lt1_us", "lt_best", "blas_us", "#", "/best", "/lt1", "TF_eng",
+           "TF_bst", "rel_err");
     FILE *csv = o.csv ? fopen(o.csv, "w") : NULL;
     if (o.csv && !csv) {
         fprintf(stderr, "cannot write %s\n", o.csv);
@@ -753,14 +805,14 @@ int main(int argc, char **argv)
     if (csv)
         fprintf(csv, "shape,W,M,rows,N,K,config_req,config,engine_us,lt_top1_us,lt_best_us,lt_best_algo,"
                      "lt_best_name,lt_algos_ok,lt_algos,engine_over_best,engine_over_top1,engine_tflops,best_tflops,"
-                     "rel_err,nans,sm_mhz,lt_best_mhz\n");
+                     "rel_err,nans,sm_mhz,lt_best_mhz,blas_us,blas_mhz\n");
 
     int fails = 0;
     for (int i = 0; i < o.nshapes; i++)
         fails += run_shape(&L, &o, csv, &o.shapes[i]);
     for (int i = 0; i < g_nstats; i++) {
         const group_stat *g = &g_stats[i];
-        printf("# %-10s config %2d: %3d shapes, geomean engine/cuBLASLt-best %.3f, worst %.3f%s\n", g->group, g->config,
+        printf("# %-10s config %2d: %3d shapes, geomean engine/cuBLAS-best %.3f, worst %.3f%s\n", g->group, g->config,
                g->count, g->count ? exp(g->sum_log / g->count) : 0.0, g->worst, g->fails ? ", SOME FAILED" : "");
     }
     if (csv)

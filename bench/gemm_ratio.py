@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
 """Engine / best cuBLAS, per shape and per group, from a gemm-lab CSV and a torch_matmul.py CSV.
 
-best cuBLAS = min(cuBLASLt-best of the lab, torch.matmul) per shape (either alone when only one is
-given). Groups: the seed shapes per W, and the model shapes. Prints markdown: one summary table
+best cuBLAS = min(cuBLASLt-best of the lab, the lab's cublasGemmEx (CSVs since 2026-12-05 have it),
+torch.matmul) per shape (the lab's alone when no torch CSV is given). Groups: the seed shapes per W, and the model shapes. Prints markdown: one summary table
 per engine variant the lab ran (config -1 is the policy; "oracle" is the fastest variant per
 shape, what a perfect policy over these configs would get), then the per-shape table of the
 policy (or --config N).
 
     python3 bench/gemm_ratio.py lab.csv [torch.csv] [--config N] [--per-shape]
     python3 bench/gemm_ratio.py lab.csv --policy-table   # measured rows for src/kernels/gemm/gemm_configs.h
-    python3 bench/gemm_ratio.py lab.csv torch.csv --yardstick   # cuBLASLt's best against torch.matmul
+    python3 bench/gemm_ratio.py lab.csv torch.csv --yardstick   # cuBLASLt's best against cuBLAS and torch
 
     python3 bench/gemm_ratio.py lab.csv --waves [--cublaslt-h PATH]   # how full the last wave is
 
@@ -18,7 +18,8 @@ cuBLASLt's fastest algorithm (its tile id named from cublasLt.h's cublasLtMatmul
 N x rows) per wave of --sms SMs, and prints how busy the last wave is, and the means.
 --yardstick compares the two halves of the yardstick per shape: the lab's fastest cuBLASLt algorithm
 (its name: algorithm id, tile, split-K, stages, cluster; gemm-lab --lt-clusters adds forced cluster
-shapes) against torch.matmul (and the kernel it ran, from torch_matmul.py --kernels).
+shapes) against the lab's cublasGemmEx and torch.matmul (and the kernel it ran, from torch_matmul.py
+--kernels).
 """
 import argparse
 import collections
@@ -58,30 +59,41 @@ TORCH_KERNEL = {}  # shape key -> the kernel torch.matmul ran (torch_matmul.py -
 
 
 def print_yardstick(lab, torch_us):
-    """Per shape: cuBLASLt's top1 and best (with its name) against torch.matmul, and who wins."""
-    print("\n## the yardstick: cuBLASLt best (gemm-lab) against torch.matmul\n")
-    print("| rows x N x K | Lt top1 us | Lt best us | Lt best | torch us | torch kernel | torch / Lt best |")
-    print("|---|---|---|---|---|---|---|")
-    ratios = []
+    """Per shape: cuBLASLt's top1 and best (with its name) against the lab's cublasGemmEx and
+    torch.matmul, and who wins."""
+    print("\n## the yardstick: cuBLASLt best (gemm-lab) against cublasGemmEx (gemm-lab) and torch.matmul\n")
+    print("| rows x N x K | Lt top1 us | Lt best us | Lt best | cublasGemmEx us | torch us | torch kernel | "
+          "GemmEx / Lt best | torch / Lt best |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    ratios, blas_ratios = [], []
     for k, rows in sorted(lab.items(), key=lambda kv: (order(group_of(kv[0])), kv[0][2] * kv[0][3])):
         r = next(iter(rows.values()))
-        t = torch_us.get(k)
-        if t is None:
+        t, b = torch_us.get(k), blas_us(r)
+        if t is None and b is None:
             continue
         best = float(r["lt_best_us"])
-        ratios.append(t / best)
+        if t is not None:
+            ratios.append(t / best)
+        if b is not None:
+            blas_ratios.append(b / best)
         print(f"| {k[2]}x{k[3]}x{k[4]} | {float(r['lt_top1_us']):.1f} | {best:.1f} | {r.get('lt_best_name', '')} | "
-              f"{t:.1f} | {TORCH_KERNEL.get(k, '')[:90]} | {t / best:.3f} |")
-    if ratios:
-        print(f"\ntorch / cuBLASLt best: geomean {geomean(ratios):.3f}, "
-              f"torch faster on {sum(x < 1 for x in ratios)} of {len(ratios)}")
+              f"{'' if b is None else f'{b:.1f}'} | {'' if t is None else f'{t:.1f}'} | {TORCH_KERNEL.get(k, '')[:90]} | "
+              f"{'' if b is None else f'{b / best:.3f}'} | {'' if t is None else f'{t / best:.3f}'} |")
+    for name, xs in (("cublasGemmEx", blas_ratios), ("torch", ratios)):
+        if xs:
+            print(f"\n{name} / cuBLASLt best: geomean {geomean(xs):.3f}, faster on {sum(x < 1 for x in xs)} of {len(xs)}")
+
+
+def blas_us(row):
+    """The lab's cublasGemmEx time (torch.matmul's route, timed in the lab's rounds), or None."""
+    x = float(row.get("blas_us") or "nan")
+    return None if math.isnan(x) else x
 
 
 def best_cublas(k, rows, torch_us):
     any_row = next(iter(rows.values()))
-    lt = float(any_row["lt_best_us"])
-    t = torch_us.get(k)
-    return (lt, "lt") if t is None or lt <= t else (t, "torch")
+    cands = [(float(any_row["lt_best_us"]), "lt"), (blas_us(any_row), "blas"), (torch_us.get(k), "torch")]
+    return min((c for c in cands if c[0] is not None), key=lambda c: c[0])
 
 
 def ok(row):
@@ -123,31 +135,34 @@ def order(g):
 
 def print_summary(title, groups):
     print(f"\n### {title}\n")
-    print("| group | shapes | geomean engine/best-cuBLAS | worst (shape) | <= 1.00 | <= 1.10 | best is torch |")
-    print("|---|---|---|---|---|---|---|")
+    print("| group | shapes | geomean engine/best-cuBLAS | worst (shape) | <= 1.00 | <= 1.10 | best is torch | "
+          "best is cublasGemmEx |")
+    print("|---|---|---|---|---|---|---|---|")
     for g in sorted(groups, key=order):
         r = groups[g]
         geo = geomean([x[0] for x in r])
         worst = max(r, key=lambda x: x[0])
         wk = worst[1]
         print(f"| {g} | {len(r)} | {geo:.3f} | {worst[0]:.3f} ({wk[2]}x{wk[3]}x{wk[4]}) | "
-              f"{sum(x[0] <= 1.0 for x in r)} | {sum(x[0] <= 1.1 for x in r)} | {sum(x[4] == 'torch' for x in r)} |")
+              f"{sum(x[0] <= 1.0 for x in r)} | {sum(x[0] <= 1.1 for x in r)} | {sum(x[4] == 'torch' for x in r)} | "
+              f"{sum(x[4] == 'blas' for x in r)} |")
     allr = [x[0] for r in groups.values() for x in r]
     if allr:
         print(f"| all | {len(allr)} | {geomean(allr):.3f} | {max(allr):.3f} | "
-              f"{sum(x <= 1.0 for x in allr)} | {sum(x <= 1.1 for x in allr)} | |")
+              f"{sum(x <= 1.0 for x in allr)} | {sum(x <= 1.1 for x in allr)} | | |")
 
 
 def print_per_shape(title, groups, torch_us):
     print(f"\n### {title}: per shape\n")
     print("| group | rows x N x K | engine config | engine us | cuBLASLt top1 us | cuBLASLt best us (algo) "
-          "| torch us | engine/best |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| cublasGemmEx us | torch us | engine/best |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for g in sorted(groups, key=order):
         for ratio, k, eng, best, who, row in sorted(groups[g], key=lambda x: x[1][2] * x[1][3]):
             t = torch_us.get(k)
             print(f"| {g} | {k[2]}x{k[3]}x{k[4]} | {config_name(row)} | {eng:.1f} | {float(row['lt_top1_us']):.1f} | "
-                  f"{float(row['lt_best_us']):.1f} ({row['lt_best_algo']}) | {'' if t is None else f'{t:.1f}'} | "
+                  f"{float(row['lt_best_us']):.1f} ({row['lt_best_algo']}) | "
+                  f"{'' if blas_us(row) is None else f'{blas_us(row):.1f}'} | {'' if t is None else f'{t:.1f}'} | "
                   f"**{ratio:.3f}** |")
 
 

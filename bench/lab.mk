@@ -1,4 +1,4 @@
-# The GEMM kernel lab (bench/gemm_lab.cu): the engine against cuBLASLt, per shape.
+# The GEMM kernel lab (bench/gemm_lab.cu): the engine against cuBLASLt and cuBLAS, per shape.
 #   make gemm-lab && $(BUILD)/gemm-lab --w 8 --no-models --configs all   (gemm-lab --help: the options)
 # Included from the Makefile; uses its $(BUILD), $(NVCC), $(NVFLAGS), $(LDLIBS) and %.cu rule.
 ifeq ($(CUDA),1)
@@ -6,7 +6,7 @@ ifeq ($(CUDA),1)
 gemm-lab: $(BUILD)/gemm-lab
 
 $(BUILD)/gemm-lab: $(BUILD)/bench/gemm_lab.o $(BUILD)/libagmm.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lcublas   # cublasGemmEx: the lab's yardstick only
 
 -include $(BUILD)/bench/gemm_lab.d
 endif
