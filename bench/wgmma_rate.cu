@@ -115,7 +115,8 @@ int main(void)
 {
     long long *d_cycles;
     float *sink;
-    if (cudaMalloc(&d_cycles, 132 * sizeof(long long)) != cudaSuccess || cudaMalloc(&sink, 512 * sizeof(float))) {
+    if (cudaMalloc(&d_cycles, 132 * sizeof(long long)) != cudaSuccess ||
+        cudaMalloc(&sink, 512 * sizeof(float)) != cudaSuccess) {
         fprintf(stderr, "wgmma-rate: no GPU\n");
         return 1;
     }
