@@ -45,8 +45,6 @@
  *            [--list-shapes] [--configs -1] [--algos 16] [--lt-clusters] [--ws-mib 64] [--max-ctas 0] [--engine-only] [--clock]
  *            [--reps 20] [--warmup 3] [--layout col|row] [--no-flush] [--csv file]
  */
-#include <cublasLt.h>
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -54,6 +52,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lab_cublas.h"
 #include "core/numeric.h"
 #include "kernels/gemm/gemm_engine.h"
 
@@ -65,15 +64,6 @@
             exit(1);                                                                              \
         }                                                                                         \
     } while (0)
-#define CHECK_LT(x)                                                                      \
-    do {                                                                                 \
-        cublasStatus_t s_ = (x);                                                         \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                               \
-            fprintf(stderr, "%s:%d: %s -> cublas status %d\n", __FILE__, __LINE__, #x, (int)s_); \
-            exit(1);                                                                     \
-        }                                                                                \
-    } while (0)
-
 /* sums[0] += (x-y)^2, sums[1] += y^2, sums[2] += NaNs in x. */
 __global__ void compare_kernel(const __nv_bfloat16 *x, const __nv_bfloat16 *y, size_t n, double *sums)
 {
@@ -114,8 +104,6 @@ __global__ void fill_kernel(__nv_bfloat16 *x, size_t n, uint64_t seed, uint16_t 
     }
 }
 
-#define MAX_ALGOS 16
-#define MAX_LT (5 * MAX_ALGOS) /* the heuristic's and, with --lt-clusters, 4 cluster shapes of each */
 #define MAX_VARIANTS 48
 
 typedef struct {
@@ -138,10 +126,7 @@ typedef struct {
 } options;
 
 typedef struct {
-    cublasLtHandle_t lt;
-    cublasHandle_t blas; /* cublasGemmEx: torch.matmul's route */
-    void *ws;
-    size_t ws_bytes;
+    lab_cublas cb; /* the yardstick's handles, workspace and operands */
     void *flush;
     size_t flush_bytes;
     cudaEvent_t e0, e1;
@@ -154,116 +139,6 @@ static int cmp_float(const void *a, const void *b)
 {
     float x = *(const float *)a, y = *(const float *)b;
     return (x > y) - (x < y);
-}
-
-/* cuBLASLt for row-major C = A B: in its column-major terms C^T (n x rows) = op(B) A^T. The
- * heuristic's candidates, best first by its own estimate. */
-typedef struct {
-    cublasLtMatmulDesc_t op;
-    cublasLtMatrixLayout_t lb, la, lc;
-    cublasOperation_t ta;  /* B's op, as cublasGemmEx takes it too */
-    int64_t rows, n, k, ldb;
-    cublasLtMatmulHeuristicResult_t h[MAX_LT];
-    int count;
-} lt_set;
-
-/* Appends to P each of its first `base` algorithms with the cluster shapes below forced, where
- * cuBLASLt's check accepts the result within the workspace. */
-static void lt_add_clusters(lab *L, lt_set *P, int base)
-{
-    const uint16_t shapes[] = {CUBLASLT_CLUSTER_SHAPE_1x1x1, CUBLASLT_CLUSTER_SHAPE_2x1x1, CUBLASLT_CLUSTER_SHAPE_1x2x1,
-                               CUBLASLT_CLUSTER_SHAPE_2x2x1};
-    for (int i = 0; i < base; i++)
-        for (size_t j = 0; j < sizeof shapes / sizeof shapes[0] && P->count < MAX_LT; j++) {
-            cublasLtMatmulHeuristicResult_t r = P->h[i];
-            uint16_t id = 0;
-            size_t got = 0;
-            if (r.state != CUBLAS_STATUS_SUCCESS ||
-                (cublasLtMatmulAlgoConfigGetAttribute(&r.algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &id, sizeof id,
-                                                      &got) == CUBLAS_STATUS_SUCCESS &&
-                 id == shapes[j]) ||
-                cublasLtMatmulAlgoConfigSetAttribute(&r.algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &shapes[j],
-                                                     sizeof shapes[j]) != CUBLAS_STATUS_SUCCESS)
-                continue;
-            cublasLtMatmulHeuristicResult_t check;
-            if (cublasLtMatmulAlgoCheck(L->lt, P->op, P->lb, P->la, P->lc, P->lc, &r.algo, &check) !=
-                    CUBLAS_STATUS_SUCCESS ||
-                check.workspaceSize > L->ws_bytes)
-                continue;
-            r.workspaceSize = check.workspaceSize;
-            P->h[P->count++] = r;
-        }
-}
-
-static void lt_set_make(lab *L, lt_set *P, int64_t rows, int64_t n, int64_t k, agmm_layout lay, int want,
-                        int clusters)
-{
-    cublasOperation_t ta = lay == AGMM_LAYOUT_COL_MAJOR ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
-    P->ta = ta;
-    P->rows = rows, P->n = n, P->k = k, P->ldb = lay == AGMM_LAYOUT_COL_MAJOR ? k : n;
-    CHECK_LT(cublasLtMatmulDescCreate(&P->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    CHECK_LT(cublasLtMatmulDescSetAttribute(P->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    CHECK_LT(cublasLtMatmulDescSetAttribute(P->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    if (lay == AGMM_LAYOUT_COL_MAJOR) /* B^T row-major n x k = column-major k x n, ld k */
-        CHECK_LT(cublasLtMatrixLayoutCreate(&P->lb, CUDA_R_16BF, k, n, k));
-    else /* B row-major k x n = column-major n x k, ld n */
-        CHECK_LT(cublasLtMatrixLayoutCreate(&P->lb, CUDA_R_16BF, n, k, n));
-    CHECK_LT(cublasLtMatrixLayoutCreate(&P->la, CUDA_R_16BF, k, rows, k));
-    CHECK_LT(cublasLtMatrixLayoutCreate(&P->lc, CUDA_R_16BF, n, rows, n));
-    cublasLtMatmulPreference_t pref;
-    CHECK_LT(cublasLtMatmulPreferenceCreate(&pref));
-    CHECK_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &L->ws_bytes,
-                                                  sizeof L->ws_bytes));
-    P->count = 0;
-    CHECK_LT(cublasLtMatmulAlgoGetHeuristic(L->lt, P->op, P->lb, P->la, P->lc, P->lc, pref, want, P->h, &P->count));
-    cublasLtMatmulPreferenceDestroy(pref);
-    if (P->count < 1) {
-        fprintf(stderr, "cuBLASLt found no algorithm for %lld x %lld x %lld\n", (long long)rows, (long long)n,
-                (long long)k);
-        exit(1);
-    }
-    if (clusters)
-        lt_add_clusters(L, P, P->count);
-}
-
-static void lt_set_free(lt_set *P)
-{
-    cublasLtMatrixLayoutDestroy(P->lb);
-    cublasLtMatrixLayoutDestroy(P->la);
-    cublasLtMatrixLayoutDestroy(P->lc);
-    cublasLtMatmulDescDestroy(P->op);
-}
-
-static cublasStatus_t lt_run(lab *L, const lt_set *P, int i, void *c)
-{
-    const float alpha = 1.0f, beta = 0.0f;
-    return cublasLtMatmul(L->lt, P->op, &alpha, L->d_b, P->lb, L->d_a, P->la, &beta, c, P->lc, c, P->lc, &P->h[i].algo,
-                          L->ws, L->ws_bytes, 0);
-}
-
-/* cublasGemmEx on the same operands: C^T (n x rows) = op(B) A^T, as cuBLASLt's call above. */
-static cublasStatus_t blas_run(lab *L, const lt_set *P, void *c)
-{
-    const float alpha = 1.0f, beta = 0.0f;
-    return cublasGemmEx(L->blas, P->ta, CUBLAS_OP_N, (int)P->n, (int)P->rows, (int)P->k, &alpha, L->d_b, CUDA_R_16BF,
-                        (int)P->ldb, L->d_a, CUDA_R_16BF, (int)P->k, &beta, c, CUDA_R_16BF, (int)P->n,
-                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-}
-
-/* "id=21:tile=..:sk=1:st=..:cl=..": which kernel family an algorithm is, for the CSV. */
-static void lt_algo_name(const lt_set *P, int i, char *out, size_t len)
-{
-    int v[5] = {0, 0, 0, 0, 0};
-    const cublasLtMatmulAlgoConfigAttributes_t attr[5] = {CUBLASLT_ALGO_CONFIG_ID, CUBLASLT_ALGO_CONFIG_TILE_ID,
-                                                          CUBLASLT_ALGO_CONFIG_SPLITK_NUM, CUBLASLT_ALGO_CONFIG_STAGES_ID,
-                                                          CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID};
-    for (int j = 0; j < 5; j++) {
-        size_t got = 0;
-        uint32_t x = 0;
-        if (cublasLtMatmulAlgoConfigGetAttribute(&P->h[i].algo, attr[j], &x, sizeof x, &got) == CUBLAS_STATUS_SUCCESS)
-            v[j] = (int)x;
-    }
-    snprintf(out, len, "id=%d:tile=%d:sk=%d:st=%d:cl=%d", v[0], v[1], v[2], v[3], v[4]);
 }
 
 /* Relative Frobenius error of x against y (rows*n elements); *nans: NaNs in x. */
@@ -367,9 +242,9 @@ static void time_variant(lab *L, const options *o, const lt_set *P, variant *v, 
             exit(1);
         }
     } else if (v->blas) {
-        CHECK_LT(blas_run(L, P, L->d_c));
+        CHECK_LT(blas_run(&L->cb, P, L->d_c));
     } else {
-        CHECK_LT(lt_run(L, P, v->algo, L->d_c));
+        CHECK_LT(lt_run(&L->cb, P, v->algo, L->d_c));
     }
     CHECK_CUDA(cudaEventRecord(L->e1, 0));
     if (o->clock)
@@ -397,14 +272,14 @@ static int run_shape(lab *L, const options *o, FILE *csv, const shape *s)
     const int64_t rows = (int64_t)s->w * s->m, n = s->n, k = s->k;
     const size_t c_elems = (size_t)(rows * n);
     lt_set P;
-    lt_set_make(L, &P, rows, n, k, o->layout, o->algos, o->lt_clusters);
+    lt_set_make(&L->cb, &P, rows, n, k, o->layout == AGMM_LAYOUT_COL_MAJOR, o->algos, o->lt_clusters);
 
     variant v[MAX_VARIANTS + MAX_LT + 1];
     int nv = 0, fails = 0;
     memset(v, 0, sizeof v);
     /* cuBLASLt's first algorithm is the reference for everything else. */
     poison(L->d_ref, c_elems);
-    CHECK_LT(lt_run(L, &P, 0, L->d_ref));
+    CHECK_LT(lt_run(&L->cb, &P, 0, L->d_ref));
     for (int i = 0; i < o->nconfigs; i++) {
         agmm_gemm_desc d;
         memset(&d, 0, sizeof d);
@@ -444,7 +319,7 @@ static int run_shape(lab *L, const options *o, FILE *csv, const shape *s)
         if (P.h[i].state != CUBLAS_STATUS_SUCCESS)
             continue;
         poison(L->d_c, c_elems);
-        if (lt_run(L, &P, i, L->d_c) != CUBLAS_STATUS_SUCCESS)
+        if (lt_run(&L->cb, &P, i, L->d_c) != CUBLAS_STATUS_SUCCESS)
             continue; /* an algorithm that refuses this call is not a candidate */
         x->rel = i == 0 ? 0 : compare(L, L->d_c, L->d_ref, c_elems, &x->nans);
         x->ok = x->nans == 0 && x->rel <= 1e-2;
@@ -454,7 +329,7 @@ static int run_shape(lab *L, const options *o, FILE *csv, const shape *s)
     variant *blas = &v[nv];
     blas->blas = 1;
     poison(L->d_c, c_elems);
-    if (blas_run(L, &P, L->d_c) == CUBLAS_STATUS_SUCCESS) {
+    if (blas_run(&L->cb, &P, L->d_c) == CUBLAS_STATUS_SUCCESS) {
         blas->rel = compare(L, L->d_c, L->d_ref, c_elems, &blas->nans);
         blas->ok = blas->nans == 0 && blas->rel <= 1e-2;
         nv++;
@@ -753,12 +628,9 @@ int main(int argc, char **argv)
     }
     lab L;
     memset(&L, 0, sizeof L);
-    CHECK_LT(cublasLtCreate(&L.lt));
-    CHECK_LT(cublasCreate(&L.blas));
-    L.ws_bytes = o.ws_bytes;
     L.flush_bytes = 256u << 20;
-    CHECK_CUDA(cudaMalloc(&L.ws, L.ws_bytes));
-    CHECK_LT(cublasSetWorkspace(L.blas, L.ws, L.ws_bytes)); /* the variants run one at a time on stream 0 */
+    void *ws;
+    CHECK_CUDA(cudaMalloc(&ws, o.ws_bytes));
     CHECK_CUDA(cudaMalloc(&L.flush, L.flush_bytes));
     CHECK_CUDA(cudaMalloc((void **)&L.d_sums, 3 * sizeof(double)));
     if (o.clock)
@@ -778,6 +650,7 @@ int main(int argc, char **argv)
     CHECK_CUDA(cudaMalloc(&L.d_b, b_elems * 2));
     CHECK_CUDA(cudaMalloc(&L.d_c, c_elems * 2));
     CHECK_CUDA(cudaMalloc(&L.d_ref, c_elems * 2));
+    lab_cublas_init(&L.cb, ws, o.ws_bytes, L.d_a, L.d_b);
     fill_kernel<<<4096, 256>>>((__nv_bfloat16 *)L.d_a, a_elems, 0x1234, 0);
     fill_kernel<<<4096, 256>>>((__nv_bfloat16 *)L.d_b, b_elems, 0x9876, 0);
     CHECK_CUDA(cudaDeviceSynchronize());

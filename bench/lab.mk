@@ -5,10 +5,10 @@ ifeq ($(CUDA),1)
 .PHONY: gemm-lab
 gemm-lab: $(BUILD)/gemm-lab
 
-$(BUILD)/gemm-lab: $(BUILD)/bench/gemm_lab.o $(BUILD)/libagmm.a
+$(BUILD)/gemm-lab: $(BUILD)/bench/gemm_lab.o $(BUILD)/bench/lab_cublas.o $(BUILD)/libagmm.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lcublas   # cublasGemmEx: the lab's yardstick only
 
--include $(BUILD)/bench/gemm_lab.d
+-include $(BUILD)/bench/gemm_lab.d $(BUILD)/bench/lab_cublas.d
 endif
 
 # Three one-file experiments, each with its command and result in its header: does initcheck see
