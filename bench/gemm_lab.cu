@@ -1,7 +1,7 @@
 /* The GEMM kernel lab: the engine (src/kernels/gemm/gemm_engine.h) against the fastest cuBLASLt we
  * can get, on the same inputs, in one run.
  *
- * The yardstick: cuBLASLt's heuristic is asked for up to 16 algorithms (64 MiB workspace: at
+ * The yardstick (bench/lab_cublas.c): cuBLASLt's heuristic is asked for up to 16 algorithms (64 MiB workspace: at
  * least PyTorch's on Hopper, whose cuBLAS workspace is 32 MiB on sm_90 and whose cuBLASLt
  * workspace is at most that), each one is run and checked against the first, and each correct
  * one is timed; "top1" is the heuristic's first choice. Beside them, in the same rounds,
