@@ -2,10 +2,10 @@
 """Engine / best cuBLAS, per shape and per group, from a gemm-lab CSV and a torch_matmul.py CSV.
 
 best cuBLAS = min(cuBLASLt-best of the lab, the lab's cublasGemmEx (CSVs since 2026-12-05 have it),
-torch.matmul) per shape (the lab's alone when no torch CSV is given). Groups: the seed shapes per W, and the model shapes. Prints markdown: one summary table
-per engine variant the lab ran (config -1 is the policy; "oracle" is the fastest variant per
-shape, what a perfect policy over these configs would get), then the per-shape table of the
-policy (or --config N).
+torch.matmul) per shape (the lab's alone when no torch CSV is given). Groups: the seed shapes per W,
+and the model shapes. Prints markdown: one summary table per engine variant the lab ran (config -1
+is the policy; "oracle" is the fastest variant per shape, what a perfect policy over these configs
+would get), then the per-shape table of the policy (or --config N).
 
     python3 bench/gemm_ratio.py lab.csv [torch.csv] [--config N] [--per-shape]
     python3 bench/gemm_ratio.py lab.csv --policy-table   # measured rows for src/kernels/gemm/gemm_configs.h
