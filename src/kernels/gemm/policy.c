@@ -7,8 +7,8 @@
 #include "kernels/gemm/gemm_configs.h"
 
 /* Row tiles per L2 group (even: cluster pairs share columns). 16, not 8: on an H100 (docs/results,
- * fifteenth session) 8 left 128x256's tensor pipe idle 12% at 4096^3 (2, 4, 16, 32: 7%, as idle as
- * with no operand traffic at all) and read 8.4-10.2 GB from DRAM at 8192x8192x16384 against
+ * fifteenth session) 8 left 128x256's tensor pipe idle 12% at 4096^3 (2, 4, 16, 32: 7%, about as idle
+ * as with no operand traffic at all) and read 8.4-10.2 GB from DRAM at 8192x8192x16384 against
  * cuBLAS's 2.6-3.5 (16 and 32: 4.4-4.6 GB, 25-30% fewer cycles, cuBLAS's count); over the lab's 130
  * shapes the policy's engine time is 0.993 of 8's. */
 #define GROUP_M 16
