@@ -14,7 +14,8 @@
 # The cycles are time x gemm-lab --clock's reading, which is above the calls' own clock (its
 # header): on an H100 (2026-12-05) that put 128 x 256 at ~1150 cycles per K block at 33 CTAs where
 # ncu counts the mainloop at the MMAs' 1024 (bench/wgmma_rate.cu). Compare configs and CTA counts
-# within one run; take absolute cycles from ncu.
+# within one run; take absolute cycles from ncu (bench/ncu_engine.sh): it found the feed to be
+# the 132-CTA loss that this probe's numbers had ruled out (docs/results, fifteenth session).
 #
 #   OUT=dir [CTAS="132 33"] bench/engine_probe.sh [GEMM_LAB] [CONFIGS]
 #   defaults: build/gemm-lab, "0 3 6 1", CTAS "132 66 33"
