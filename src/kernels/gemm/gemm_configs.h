@@ -77,7 +77,8 @@
  * oracle line of gemm_ratio.py.
  * Measured: 2026-12-05, one H200, `gemm-lab --configs all --reps 10` on the 31 seed shapes at
  * W = 1, 2, 4, 8 and the 6 model shapes, configs 0-20 (docs/results/h200_2026-12-05c/lab_all.csv).
- * Configs within about 2% of each other are within the run's noise. */
+ * Configs within about 2% of each other are within the run's noise. That run grouped 8 row tiles
+ * per L2 group (policy.c's GROUP_M, now 16): the picks wait for a run under the new grouping. */
 #define AGMM_GEMM_MEASURED(X) \
     X(256, 256, 256, "64x192x64/s6/pp") \
     X(384, 384, 384, "64x128x64/s8") \
