@@ -9,13 +9,20 @@ config column). Its time over best cuBLAS (gemm_ratio.py's yardstick), against t
 config per shape: the policy on a measured shape) and the cost model alone; --radius R tries another
 radius. Leave-one-out: each shape is judged by the others' winners only.
 
-    python3 bench/policy_loo.py lab.csv [torch.csv] [--radius R]
+--fit also tries a cost model fitted per config (every config of the run, not only pick = 1): a
+wave of config c costs a_c x BM x BN x K + b_c microseconds, a_c and b_c by least squares on the
+relative error over the shapes it is fitted on, and the config of least waves x that cost is
+taken. Judged by two-fold cross-validation (the shapes split in halves 20 times at random, each
+half judged by the fit on the other), beside the fit on all shapes judged on them.
+
+    python3 bench/policy_loo.py lab.csv [torch.csv] [--radius R] [--fit]
 
 lab.csv: gemm-lab --configs all --csv lab.csv (every config forced on every shape).
 """
 import argparse
 import math
 import os
+import random
 import re
 import sys
 
@@ -44,6 +51,7 @@ def main():
     ap.add_argument("lab_csv")
     ap.add_argument("torch_csv", nargs="?")
     ap.add_argument("--radius", type=float, help="the table's reach (default: policy.h's)")
+    ap.add_argument("--fit", action="store_true", help="also the per-config fitted cost model, cross-validated")
     args = ap.parse_args()
     lab, torch_us = load(args.lab_csv, args.torch_csv)
     table = configs()
@@ -56,6 +64,12 @@ def main():
     forced = {k: {c: r for c, r in rows.items() if c >= 0 and ok(r)} for k, rows in lab.items()}
     forced = {k: rows for k, rows in forced.items() if rows}
     winner = {k: int(fastest(rows)["config_req"]) for k, rows in forced.items()}
+
+    def waves_macs(row, k):
+        """A forced run's waves (tiles over CTAs, rounded up) and one tile's multiply-adds."""
+        bm, bn = (int(x) for x in re.match(r"(\d+)x(\d+)", row["config"]).groups())
+        tiles, ctas = (int(re.search(rf"{f}=(\d+)", row["config"]).group(1)) for f in ("tiles", "ctas"))
+        return -(-tiles // ctas), bm * bn * k[4]
 
     def model(k):
         """agmm_gemm_policy_model: the pick = 1 config whose waves x (BM/128) x BN x (K + 192) / eff is
@@ -87,6 +101,42 @@ def main():
         out["oracle"].append(us(rows, winner[k]) / best)
         out["cost model"].append(us(rows, model(k)) / best)
         out[f"policy, unmeasured (radius {reach:g})"].append(us(rows, pick) / best)
+    if args.fit:
+        def fit(keys):
+            """{config: (a, b)}: waves x (a x macs + b) against the engine's time, least squares on the
+            relative error over `keys`."""
+            coef = {}
+            for c in {c for k in keys for c in forced[k]}:
+                suu = suv = svv = su = sv = 0.0
+                for k in keys:
+                    if c in forced[k]:
+                        w, x = waves_macs(forced[k][c], k)
+                        t = us(forced[k], c)
+                        u, v = w * x / t, w / t
+                        suu, suv, svv, su, sv = suu + u * u, suv + u * v, svv + v * v, su + u, sv + v
+                det = suu * svv - suv * suv
+                if det > 0:
+                    coef[c] = ((su * svv - sv * suv) / det, (sv * suu - su * suv) / det)
+            return coef
+
+        def judged(keys, coef):
+            v = []
+            for k in keys:
+                def cost(c):
+                    w, x = waves_macs(forced[k][c], k)
+                    return w * (coef[c][0] * x + coef[c][1])
+                pick = min((c for c in forced[k] if c in coef), key=cost)
+                v.append(us(forced[k], pick) / best_of[k])
+            return v
+
+        best_of = {k: best_cublas(k, lab[k], torch_us)[0] for k in forced}
+        keys, cv = sorted(forced), []
+        for seed in range(20):
+            random.Random(seed).shuffle(keys)
+            half = len(keys) // 2
+            cv += judged(keys[half:], fit(keys[:half])) + judged(keys[:half], fit(keys[half:]))
+        out["fitted per config, cross-validated"] = cv
+        out["fitted per config, on all shapes"] = judged(keys, fit(keys))
     print(f"{len(forced)} shapes; engine / best cuBLAS (leave-one-out: {by_table} took a neighbour's config)")
     print("| policy | geomean | worst |")
     print("|---|---|---|")
