@@ -65,11 +65,16 @@ def main():
     forced = {k: rows for k, rows in forced.items() if rows}
     winner = {k: int(fastest(rows)["config_req"]) for k, rows in forced.items()}
 
-    def waves_macs(row, k):
-        """A forced run's waves (tiles over CTAs, rounded up) and one tile's multiply-adds."""
+    def tile_waves(row):
+        """A forced run's tile (BM, BN) and waves (tiles over CTAs, rounded up), from its config column."""
         bm, bn = (int(x) for x in re.match(r"(\d+)x(\d+)", row["config"]).groups())
         tiles, ctas = (int(re.search(rf"{f}=(\d+)", row["config"]).group(1)) for f in ("tiles", "ctas"))
-        return -(-tiles // ctas), bm * bn * k[4]
+        return bm, bn, -(-tiles // ctas)
+
+    def waves_macs(row, k):
+        """Its waves and one tile's multiply-adds."""
+        bm, bn, waves = tile_waves(row)
+        return waves, bm * bn * k[4]
 
     def model(k):
         """agmm_gemm_policy_model: the pick = 1 config whose waves x (BM/128) x BN x (K + 192) / eff is
@@ -80,9 +85,7 @@ def main():
             pick, eff = table.get(name, (0, 1.0))
             if not pick:
                 continue
-            bm, bn = (int(x) for x in re.match(r"(\d+)x(\d+)", name).groups())
-            tiles, ctas = (int(re.search(rf"{f}=(\d+)", row["config"]).group(1)) for f in ("tiles", "ctas"))
-            waves = -(-tiles // ctas)
+            bm, bn, waves = tile_waves(row)
             cost = waves * bm / 128 * bn * (k[4] + K_OVERHEAD) / eff
             if best is None or cost < best_cost * 0.98:
                 best, best_cost = c, cost
