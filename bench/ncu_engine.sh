@@ -2,7 +2,8 @@
 # The GEMM engine beside cuBLAS under ncu, one kernel at a time, in one call on the GPU machine:
 # per kernel its time, SM clock, SM cycles, tensor pipe activity, L2 and DRAM bytes and L2 hit
 # rate (bench/ncu_table.py prints them). Cycles counted by ncu, unlike engine_probe.sh's, which
-# are time x an idle clock's reading. How docs/results/h100_2026-12-05b/ncu.md was made:
+# are time x an idle clock's reading. How docs/results/h100_2026-12-05b/ncu.md and
+# h100_2026-12-06/ncu_wave_tiles.md were made:
 #
 #   OUT=dir [SHAPES="seed 1 4096 4096 4096"] bench/ncu_engine.sh [GEMM_LAB] [CONFIGS] [gemm-lab options...]
 #   defaults: build/gemm-lab, "0"; SHAPES: 4096^3 and 8192x8192x16384 (gemm-lab --shapes-file

@@ -1,7 +1,7 @@
 """bench/policy_loo.py --fit on a committed lab run of every config (docs/results/h200_2026-12-05c):
-the fitted per-config model's rows are printed and sit where a model must, between the oracle (the
-fastest config per shape) and no better than it, and the run's figures are the ones docs/results
-records (the cross-validation's halvings are seeded, so they repeat). From a checkout only: .ci/run
+the fitted per-config model's rows are printed, no better than the oracle (the fastest config per
+shape) and better than policy.c's cost model on this run, and the run's figures are the ones
+docs/results records (the cross-validation's halvings are seeded, so they repeat). From a checkout only: .ci/run
 runs it from its clone (copied out of the repository, it skips, saying so)."""
 import os
 import re
