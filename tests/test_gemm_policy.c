@@ -6,8 +6,9 @@
  *             (scatter mode's) and the tile count of a grid
  *   measured  every name of the measured table is a config; each measured shape picks its own
  *             config, a shape near one picks it, a far one or a partial GPU picks none
- *   model     the cost model's picks on shapes whose answer is worked out by hand (small GEMMs get
- *             small tiles, large ones 128 x 256), never a config it may not pick
+ *   model     the cost model's picks on shapes whose answer is worked out by hand from the fitted
+ *             table (small GEMMs get small tiles, large ones 128 x 256), never a config without
+ *             coefficients; the fitted table's rows name configs and rank larger K dearer
  *   split     the split-tail plan over thousands of (tiles, CTAs, K blocks): only the last round's
  *             tiles (r or r + CTAs of them) are cut, into 2..16 pieces that partition K and that
  *             the model says are faster; the two splits the GPU test relies on
@@ -34,34 +35,32 @@ static agmm_gemm_problem problem(int nranks, int64_t m, int64_t n, int64_t k, in
 void test_gemm_policy_table(void)
 {
     const int n = agmm_gemm_num_configs();
-    int bad = 0, picks = 0;
+    int bad = 0;
     char first[160] = "";
     for (int c = 0; c < n; c++) {
         const agmm_gemm_config *tc = agmm_gemm_config_at(c);
         /* A consumer's part: half the tile (cooperative) or all of it (ping-pong). */
         const int wm = tc->pp ? tc->bm : tc->wgn == 1 ? tc->bm / 2 : tc->bm, wn = tc->pp ? tc->bn : tc->bn / tc->wgn;
         /* A consumer width that is not a multiple of 64 (config.cuh): 16-column multiples, cooperative,
-         * no cluster, not for the model, column-major B only. */
+         * no cluster, column-major B only. */
         const int odd = wn % 64 != 0;
         const int ok = (tc->wgn == 1 || tc->wgn == 2) && wm % 64 == 0 && wn % 16 == 0 &&
-                       (!odd || (tc->cluster == 1 && !tc->pp && !tc->pick)) &&
+                       (!odd || (tc->cluster == 1 && !tc->pp)) &&
                        agmm_gemm_config_takes(tc, 0) && agmm_gemm_config_takes(tc, 1) == !odd && tc->stages >= 2 &&
                        (tc->cluster == 1 || (tc->cluster == 2 && tc->bm == 128 && tc->wgn == 1 && tc->bn % 128 == 0 &&
                                              !tc->sk)) &&
                        (tc->pp == 0 || (tc->pp == 1 && tc->wgn == 1 && tc->cluster == 1 && !tc->sk &&
                                         wm * wn / 128 <= 128 && strstr(tc->name, "/pp"))) &&
-                       tc->eff > 0 && tc->eff <= 1 && agmm_gemm_config_find(tc->name) == c &&
-                       !strcmp(agmm_gemm_config_name(c), tc->name);
-        picks += tc->pick && tc->cluster == 1;
+                       agmm_gemm_config_find(tc->name) == c && !strcmp(agmm_gemm_config_name(c), tc->name);
         if (!ok && bad++ == 0)
             snprintf(first, sizeof first, " (first: config %d %s)", c, tc->name);
     }
-    agmm_check(n >= 1 && bad == 0 && picks >= 1,
+    agmm_check(n >= 1 && bad == 0,
                "gemm policy: %d configs, each with whole 64-row blocks of 16-column multiples per consumer (not 64: "
-               "cooperative, no cluster, not for the model, column-major B only), multicast only on 128-row tiles, "
-               "ping-pong (/pp) only without cluster or split tail and with at most 128 accumulators per thread, "
-               "a unique name found by agmm_gemm_config_find; %d the model may pick%s",
-               n, picks, first);
+               "cooperative, no cluster, column-major B only), multicast only on 128-row tiles, ping-pong (/pp) only "
+               "without cluster or split tail and with at most 128 accumulators per thread, a unique name found by "
+               "agmm_gemm_config_find%s",
+               n, first);
     agmm_check(!agmm_gemm_config_at(-1) && !agmm_gemm_config_at(n) && !strcmp(agmm_gemm_config_name(n), "?") &&
                    agmm_gemm_config_find("no such config") == -1 && agmm_gemm_config_find(NULL) == -1,
                "gemm policy: config -1 and %d are out of range, an unknown name is -1", n);
@@ -151,38 +150,53 @@ void test_gemm_policy_measured(void)
 
 void test_gemm_policy_model(void)
 {
-    const int c256 = agmm_gemm_config_find("128x256x64/s4"), c64 = agmm_gemm_config_find("128x64x64/s8");
-    /* W = 8, M = 256 (2048 x 256 x 256): 16, 32 or 64 tiles, one wave each: the 128 x 64 tile costs
-     * 64 / 0.6 against 128 / 0.8 and 256 / 1.0. */
+    /* Worked out from gemm_configs.h's AGMM_GEMM_FITTED (regenerating it may move them): a wave costs
+     * waves x (a x BM x BN x K ps + b us), on 132 CTAs.
+     * W = 8, M = 256 (2048 x 256 x 256): one wave whatever the tile; 64 x 128's 3.70 us against its
+     * ping-pong twin's 3.71 and 128 x 64's 4.22. */
     agmm_gemm_problem small = problem(8, 256, 256, 256, SMS);
-    /* W = 8, M = 4096 (32768 x 4096 x 4096): 32 waves of 128 x 256 (cost 8192) against 63 of
-     * 128 x 128 (10080) and 125 of 128 x 64 (13333). */
-    agmm_gemm_problem large = problem(8, 4096, 4096, 4096, SMS);
-    /* W = 1, 2176^3: 108 tiles of 256 x 192, one wave (cost 2 x 192 = 384), against two waves of
-     * 153 tiles of 128 x 256 (512) or 256 x 128 (517); the lab of 2026-12-05 measured 256 x 192
-     * 6.6% faster there than 128 x 256. */
+    /* W = 1, 2176^3: 108 tiles of 256 x 192, one wave (40.5 us), against its stream-K twin's 41.4
+     * and two waves of 128 x 192 (43.6); the lab measured 256 x 192 the fastest there. */
     agmm_gemm_problem odd = problem(1, 2176, 2176, 2176, SMS);
-    const int c192 = agmm_gemm_config_find("256x192x64/s3");
-    const int cs = agmm_gemm_policy_model(&small), cl = agmm_gemm_policy_model(&large),
-              co = agmm_gemm_policy_model(&odd);
-    agmm_check(cs == c64 && cl == c256 && co == c192,
-               "gemm policy: the cost model picks %s for 2048x256x256, %s for 32768x4096x4096 and %s for 2176^3 "
-               "on %d CTAs",
-               agmm_gemm_config_name(cs), agmm_gemm_config_name(cl), agmm_gemm_config_name(co), SMS);
+    /* W = 1, 4096^3: four waves of 128 x 256 with the split tail (183 us) against 128 x 128 pairs'
+     * eight (186.4) and 128 x 256's four without it (186.5). */
+    agmm_gemm_problem large = problem(1, 4096, 4096, 4096, SMS);
+    const int want_s = agmm_gemm_config_find("64x128x64/s8"), want_o = agmm_gemm_config_find("256x192x64/s3"),
+              want_l = agmm_gemm_config_find("128x256x64/s4/sk");
+    const int cs = agmm_gemm_policy_model(&small), co = agmm_gemm_policy_model(&odd),
+              cl = agmm_gemm_policy_model(&large);
+    agmm_check(cs == want_s && co == want_o && cl == want_l,
+               "gemm policy: the cost model picks %s for 2048x256x256, %s for 2176^3 and %s for 4096^3 on %d CTAs",
+               agmm_gemm_config_name(cs), agmm_gemm_config_name(co), agmm_gemm_config_name(cl), SMS);
 
-    /* Whatever the shape and budget, a config the model may pick, and no pair below 2 CTAs. */
+    /* Every row of the fitted table names a config, no config twice, and ranks larger K dearer
+     * (a > 0, b >= 0); a config without a row has no coefficients. */
+    int rows = 0, bad_row = 0, fitted = 0;
+    double a, b;
+#define FITTED_ROW(name, a, b) rows++, bad_row += agmm_gemm_config_find(name) < 0 || !((a) > 0) || !((b) >= 0);
+    AGMM_GEMM_FITTED(FITTED_ROW)
+#undef FITTED_ROW
+    for (int c = 0; c < agmm_gemm_num_configs(); c++)
+        fitted += agmm_gemm_config_fitted(c, &a, &b);
+    agmm_check(rows > 0 && bad_row == 0 && fitted == rows && !agmm_gemm_config_fitted(-1, &a, &b),
+               "gemm policy: the fitted table's %d rows name %d distinct configs, each a > 0 and b >= 0 (%d do not)",
+               rows, fitted, bad_row);
+
+    /* Whatever the shape and budget, a config with coefficients, and no pair below 2 CTAs. */
     int bad = 0;
     char first[160] = "";
     for (int64_t m = 1; m <= 9000; m = m * 3 + 7)
         for (int64_t nk = 8; nk <= 9000; nk = nk * 4 + 8)
             for (int ctas = 1; ctas <= SMS; ctas += 37) {
                 agmm_gemm_problem pb = problem(3, m, nk, nk, ctas);
-                const agmm_gemm_config *tc = agmm_gemm_config_at(agmm_gemm_policy_model(&pb));
-                if ((!tc || !tc->pick || (tc->cluster == 2 && ctas < 2)) && bad++ == 0)
+                const int c = agmm_gemm_policy_model(&pb);
+                const agmm_gemm_config *tc = agmm_gemm_config_at(c);
+                if ((!tc || !agmm_gemm_config_fitted(c, &a, &b) || (tc->cluster == 2 && ctas < 2)) && bad++ == 0)
                     snprintf(first, sizeof first, " (first: m=%lld n=k=%lld ctas=%d: %s)", (long long)m,
                              (long long)nk, ctas, tc ? tc->name : "none");
             }
-    agmm_check(bad == 0, "gemm policy: the cost model picks a pick = 1 config on every shape and budget%s", first);
+    agmm_check(bad == 0, "gemm policy: the cost model picks a config with coefficients on every shape and budget%s",
+               first);
 
     /* A row-major B never gets a config that takes column-major B only, from the model or the table. */
     int row_bad = 0;

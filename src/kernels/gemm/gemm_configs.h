@@ -2,7 +2,7 @@
  * table (policy.c) and the table of kernel instantiations (instantiate.cuh, one inst_*.cu per A
  * source and B layout) are built, so the two cannot disagree; and the measured policy table.
  *
- * X(bm, bn, stages, wgn, cluster, sk, pp, pick, eff, name), in index order (the index is what
+ * X(bm, bn, stages, wgn, cluster, sk, pp, name), in index order (the index is what
  * agmm_gemm_desc.config and the lab's --configs name; append, never reorder):
  *   bm x bn  the output tile (K steps of 64)
  *   stages   ring slots of A + B
@@ -18,58 +18,45 @@
  *            on alternate units, so one's epilogue runs under the other's mainloop; a whole
  *            tile's accumulators per thread (bm*bn/128: at most 128; 128 x 192's 192 spill in the
  *            consumers' 224 registers). No cluster or split tail yet.
- *   pick     1: the cost model may choose it; 0: only by index (lab, tests) or by name from the
- *            measured table below
- *   eff      FLOP rate relative to 128x256 at full waves, for the cost model: 0.80 for 128x128
- *            measured with bench/gemm_lab on an H200, 0.60 for 128x64 estimated; the rest are
- *            guesses until measured. The numbers only rank configs against each other.
- * The B-multicast pairs (/c2) run at 1.00-1.07x the time of the same tile without a cluster
- * since the consumers' remote arrive dropped .release.cluster (hopper_ptx.cuh; before: 1.5-2.6x),
- * so they are still not picked (docs/gemm_engine.md). The cost model also picks 256 x 128 (6) and
- * 256 x 192 (17), which decide shapes it has not seen better with them than without: over the 130
- * lab shapes of 2026-12-05, each judged as if unmeasured, 1.164 of best cuBLAS (geomean) against
- * 1.178 (bench/policy_loo.py; eff 0.99 and 1.00 chosen on that run: 1.162-1.167 for any of
- * 0.95-1.00 and 0.95-1.05, 1.178 once 256 x 128's passes 1.03). The other configs are chosen only
- * through the measured table below (pick 0): none beats the others everywhere, and the model's
- * waves x tile cost does not rank them (the split-tail and stream-K twins, the ping-pong configs
- * 10-13, 192 x 192). Of configs 10-20, measured 2026-12-05, each is the fastest on some of the 130
- * shapes (42 in all), none alone beats 128 x 256: 256 x 192 in 3
- * stages (36 operand bytes per MMA cycle against 128 x 256's 47; 192 accumulators per
- * consumer thread; ptxas: no spills in its plain, chunks and pull kernels, 20 bytes in the
- * stream-K twin's and 612 in the scatter epilogue's: scatter mode takes 256 x 128 instead,
- * agmm_gemm_scatter_config) and
- * 192 x 192 in 4 stages (43 B; each consumer 192 rows by 96 columns, torch.matmul's fastest kernel
- * on the large W = 8 rows is a 192 x 192 one; a width per consumer that is not a multiple of 64:
- * column-major B only, config.cuh). */
+ * Of configs 10-20, measured 2026-12-05, each is the fastest on some of the 130 lab shapes (42 in
+ * all), none alone beats 128 x 256: 256 x 192 in 3 stages (36 operand bytes per MMA cycle against
+ * 128 x 256's 47; 192 accumulators per consumer thread; ptxas: no spills in its plain, chunks and
+ * pull kernels, 20 bytes in the stream-K twin's and 612 in the scatter epilogue's: scatter mode
+ * takes 256 x 128 instead, agmm_gemm_scatter_config) and 192 x 192 in 4 stages (43 B; each
+ * consumer 192 rows by 96 columns, torch.matmul's fastest kernel on the large W = 8 rows is a
+ * 192 x 192 one; a width per consumer that is not a multiple of 64: column-major B only,
+ * config.cuh). The B-multicast pairs (/c2) run at 1.00-1.07x the time of the same tile without a
+ * cluster since the consumers' remote arrive dropped .release.cluster (hopper_ptx.cuh; before:
+ * 1.5-2.6x). Which config runs a shape is the policy's (the two tables below; docs/gemm_engine.md). */
 #ifndef AGMM_KERNELS_GEMM_CONFIGS_H
 #define AGMM_KERNELS_GEMM_CONFIGS_H
 
-#define AGMM_GEMM_CONFIGS(X)                                      \
-    X(128, 256, 4, 1, 1, 0, 0, 1, 1.00, "128x256x64/s4")          \
-    X(128, 128, 6, 1, 1, 0, 0, 1, 0.80, "128x128x64/s6")          \
-    X(128, 64, 8, 1, 1, 0, 0, 1, 0.60, "128x64x64/s8")            \
-    X(128, 256, 4, 1, 2, 0, 0, 0, 1.00, "128x256x64/s4/c2")       \
-    X(128, 128, 6, 1, 2, 0, 0, 0, 0.80, "128x128x64/s6/c2")       \
-    X(128, 192, 5, 1, 1, 0, 0, 0, 0.90, "128x192x64/s5")          \
-    X(256, 128, 4, 1, 1, 0, 0, 1, 0.99, "256x128x64/s4")          \
-    X(64, 256, 5, 2, 1, 0, 0, 0, 0.70, "64x256x64/s5")            \
-    X(64, 128, 8, 2, 1, 0, 0, 0, 0.55, "64x128x64/s8")            \
-    X(128, 256, 4, 1, 1, 1, 0, 0, 1.00, "128x256x64/s4/sk")       \
-    X(128, 128, 6, 1, 1, 0, 1, 0, 0.85, "128x128x64/s6/pp")       \
-    X(64, 256, 5, 1, 1, 0, 1, 0, 0.85, "64x256x64/s5/pp")         \
-    X(64, 128, 8, 1, 1, 0, 1, 0, 0.60, "64x128x64/s8/pp")         \
-    X(64, 192, 6, 1, 1, 0, 1, 0, 0.75, "64x192x64/s6/pp")         \
-    X(128, 256, 4, 1, 1, 2, 0, 0, 1.00, "128x256x64/s4/stk")      \
-    X(256, 128, 4, 1, 1, 2, 0, 0, 1.00, "256x128x64/s4/stk")      \
-    X(128, 128, 6, 1, 1, 2, 0, 0, 0.80, "128x128x64/s6/stk")     \
-    X(256, 192, 3, 1, 1, 0, 0, 1, 1.00, "256x192x64/s3")          \
-    X(256, 192, 3, 1, 1, 2, 0, 0, 1.00, "256x192x64/s3/stk")      \
-    X(192, 192, 4, 2, 1, 0, 0, 0, 1.00, "192x192x64/s4")          \
-    X(192, 192, 4, 2, 1, 2, 0, 0, 1.00, "192x192x64/s4/stk")
+#define AGMM_GEMM_CONFIGS(X)                        \
+    X(128, 256, 4, 1, 1, 0, 0, "128x256x64/s4")     \
+    X(128, 128, 6, 1, 1, 0, 0, "128x128x64/s6")     \
+    X(128, 64, 8, 1, 1, 0, 0, "128x64x64/s8")       \
+    X(128, 256, 4, 1, 2, 0, 0, "128x256x64/s4/c2")  \
+    X(128, 128, 6, 1, 2, 0, 0, "128x128x64/s6/c2")  \
+    X(128, 192, 5, 1, 1, 0, 0, "128x192x64/s5")     \
+    X(256, 128, 4, 1, 1, 0, 0, "256x128x64/s4")     \
+    X(64, 256, 5, 2, 1, 0, 0, "64x256x64/s5")       \
+    X(64, 128, 8, 2, 1, 0, 0, "64x128x64/s8")       \
+    X(128, 256, 4, 1, 1, 1, 0, "128x256x64/s4/sk")  \
+    X(128, 128, 6, 1, 1, 0, 1, "128x128x64/s6/pp")  \
+    X(64, 256, 5, 1, 1, 0, 1, "64x256x64/s5/pp")    \
+    X(64, 128, 8, 1, 1, 0, 1, "64x128x64/s8/pp")    \
+    X(64, 192, 6, 1, 1, 0, 1, "64x192x64/s6/pp")    \
+    X(128, 256, 4, 1, 1, 2, 0, "128x256x64/s4/stk") \
+    X(256, 128, 4, 1, 1, 2, 0, "256x128x64/s4/stk") \
+    X(128, 128, 6, 1, 1, 2, 0, "128x128x64/s6/stk") \
+    X(256, 192, 3, 1, 1, 0, 0, "256x192x64/s3")     \
+    X(256, 192, 3, 1, 1, 2, 0, "256x192x64/s3/stk") \
+    X(192, 192, 4, 2, 1, 0, 0, "192x192x64/s4")     \
+    X(192, 192, 4, 2, 1, 2, 0, "192x192x64/s4/stk")
 
 /* The measured policy: X(rows, n, k, "config name") per measured shape, the fastest config there.
  * A plan whose shape lies near one of them (policy.c, agmm_gemm_policy_measured) and that has the
- * whole GPU takes that config; elsewhere the cost model picks among the pick = 1 configs. Empty
+ * whole GPU takes that config; elsewhere the cost model (AGMM_GEMM_FITTED, below) decides. Empty
  * until measured. To regenerate from a lab run on the GPU machine:
  *     gemm-lab --configs all --csv lab.csv            (every config forced, every shape)
  *     python3 bench/gemm_ratio.py lab.csv --policy-table
@@ -210,5 +197,43 @@
     X(30720, 3840, 3840, "128x256x64/s4/sk") \
     X(31744, 3968, 3968, "256x128x64/s4/stk") \
     X(32768, 4096, 4096, "128x256x64/s4/sk")
+
+/* The cost model (policy.c, agmm_gemm_policy_model): X("config name", a, b) per config it may
+ * choose. A wave of the config's tiles (tiles over the grid's CTAs, rounded up) costs
+ * a x BM x BN x K picoseconds + b microseconds; the config whose waves end first is taken. A config
+ * with no row is chosen only by index (lab, tests) or from the measured table. The coefficients are
+ * a least-squares fit of every forced config's time over a lab run's shapes (on the relative error:
+ * a and b rank configs, they are not a device's rates). To regenerate from the lab run that makes the
+ * measured table:
+ *     python3 bench/policy_loo.py lab.csv --fit-table
+ * and paste its rows here; `python3 bench/policy_loo.py lab.csv --fit` then shows the cost model
+ * as good as "fitted on all shapes", and cross-validated (each half of the shapes judged by a fit
+ * on the other) how it does on shapes it was not fitted on.
+ * Fitted: the run of the measured table (docs/results/h200_2026-12-05c/lab_all.csv; one H200,
+ * GROUP_M 8). There, judged on the 130 shapes as if each were unmeasured, 1.102 of best cuBLAS
+ * (geomean, cross-validated) where the model it replaced (waves x BM x BN / a guessed rate, over
+ * five configs) gave 1.124; the oracle 1.086 (docs/results, seventeenth session). */
+#define AGMM_GEMM_FITTED(X) \
+    X("128x256x64/s4", 0.3001, 6.334) \
+    X("128x128x64/s6", 0.3217, 4.867) \
+    X("128x64x64/s8", 0.4622, 3.249) \
+    X("128x256x64/s4/c2", 0.2953, 7.075) \
+    X("128x128x64/s6/c2", 0.2589, 5.925) \
+    X("128x192x64/s5", 0.2988, 5.809) \
+    X("256x128x64/s4", 0.3037, 6.598) \
+    X("64x256x64/s5", 0.4356, 3.933) \
+    X("64x128x64/s8", 0.5079, 2.635) \
+    X("128x256x64/s4/sk", 0.2830, 7.694) \
+    X("128x128x64/s6/pp", 0.3087, 4.858) \
+    X("64x256x64/s5/pp", 0.4251, 4.058) \
+    X("64x128x64/s8/pp", 0.5135, 2.634) \
+    X("64x192x64/s6/pp", 0.4794, 3.346) \
+    X("128x256x64/s4/stk", 0.2984, 6.763) \
+    X("256x128x64/s4/stk", 0.2972, 6.994) \
+    X("128x128x64/s6/stk", 0.3181, 5.267) \
+    X("256x192x64/s3", 0.3150, 6.796) \
+    X("256x192x64/s3/stk", 0.3070, 8.594) \
+    X("192x192x64/s4", 0.3049, 6.966) \
+    X("192x192x64/s4/stk", 0.2951, 7.693)
 
 #endif /* AGMM_KERNELS_GEMM_CONFIGS_H */

@@ -25,6 +25,6 @@ inline agmm_gemm_kernel gemm_scatter_row()
 #define GEMM_SCATTER_ROW_SK1(bm, bn, st, wgn, cl, pp) {NULL, 0},
 #define GEMM_SCATTER_ROW_SK2(bm, bn, st, wgn, cl, pp) {NULL, 0},
 #define GEMM_SCATTER_ROW_SK(sk) GEMM_SCATTER_ROW_SK##sk
-#define GEMM_SCATTER_ROW(bm, bn, st, wgn, cl, sk, pp, pick, eff, name) GEMM_SCATTER_ROW_SK(sk)(bm, bn, st, wgn, cl, pp)
+#define GEMM_SCATTER_ROW(bm, bn, st, wgn, cl, sk, pp, name) GEMM_SCATTER_ROW_SK(sk)(bm, bn, st, wgn, cl, pp)
 
 const agmm_gemm_kernel GEMM_INST_TABLE[] = {AGMM_GEMM_CONFIGS(GEMM_SCATTER_ROW)};

@@ -8,7 +8,7 @@
 #include "kernels/gemm/kernel.cuh"
 #include "kernels/gemm/kernels.h"
 
-#define GEMM_INST_ROW(bm, bn, st, wgn, cl, sk, pp, pick, eff, name)                                      \
+#define GEMM_INST_ROW(bm, bn, st, wgn, cl, sk, pp, name)                                                 \
     gemm_kernel_row<bm, bn, st, wgn, GEMM_INST_B_MN, cl, sk, pp, GEMM_INST_SOURCE>(),
 
 const agmm_gemm_kernel GEMM_INST_TABLE[] = {AGMM_GEMM_CONFIGS(GEMM_INST_ROW)};

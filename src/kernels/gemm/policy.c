@@ -12,12 +12,11 @@
  * cuBLAS's 2.6-3.5 (16 and 32: 4.4-4.6 GB, 25-30% fewer cycles, cuBLAS's count); over the lab's 130
  * shapes the policy's engine time is 0.993 of 8's. */
 #define GROUP_M 16
-/* Per-tile fixed cost (pipeline fill, epilogue) in units of K: it shapes the split tail's plan
- * (agmm_gemm_plan_split_tail); in the cost model's (K + K_OVERHEAD) it is the same factor for every
- * config of a shape, so it does not move that choice. */
+/* Per-tile fixed cost (pipeline fill, epilogue) in units of K, for the stream-K plan
+ * (agmm_gemm_plan_stream_k). */
 #define K_OVERHEAD 192
 
-#define CONFIG_ROW(bm, bn, st, wgn, cl, sk, pp, pick, eff, name) {bm, bn, st, wgn, cl, sk, pp, pick, eff, name},
+#define CONFIG_ROW(bm, bn, st, wgn, cl, sk, pp, name) {bm, bn, st, wgn, cl, sk, pp, name},
 static const agmm_gemm_config k_configs[] = {AGMM_GEMM_CONFIGS(CONFIG_ROW)};
 #undef CONFIG_ROW
 #define NUM_CONFIGS ((int)(sizeof k_configs / sizeof k_configs[0]))
@@ -29,6 +28,14 @@ typedef struct {
 #define MEASURED_ROW(rows, n, k, name) {rows, n, k, name},
 static const measured_row k_measured[] = {AGMM_GEMM_MEASURED(MEASURED_ROW){0, 0, 0, NULL}};
 #undef MEASURED_ROW
+
+typedef struct {
+    const char *name;
+    double a_ps, b_us;
+} fitted_row;
+#define FITTED_ROW(name, a, b) {name, a, b},
+static const fitted_row k_fitted[] = {AGMM_GEMM_FITTED(FITTED_ROW){NULL, 0, 0}};
+#undef FITTED_ROW
 
 int agmm_gemm_num_configs(void)
 {
@@ -77,20 +84,34 @@ void agmm_gemm_sched_fill(agmm_sched *s, const agmm_gemm_problem *pb, const agmm
     agmm_sched_init(s);
 }
 
+int agmm_gemm_config_fitted(int config, double *a_ps, double *b_us)
+{
+    const char *name = agmm_gemm_config_name(config);
+    for (const fitted_row *r = k_fitted; r->name; r++)
+        if (!strcmp(r->name, name)) {
+            *a_ps = r->a_ps;
+            *b_us = r->b_us;
+            return 1;
+        }
+    return 0;
+}
+
 int agmm_gemm_policy_model(const agmm_gemm_problem *pb)
 {
     int best = -1;
     double best_cost = 0;
     for (int c = 0; c < NUM_CONFIGS; c++) {
         const agmm_gemm_config *tc = &k_configs[c];
-        if (!tc->pick || (tc->cluster == 2 && pb->ctas < 2) || !agmm_gemm_config_takes(tc, pb->b_row_major))
+        double a_ps, b_us;
+        if (!agmm_gemm_config_fitted(c, &a_ps, &b_us) || (tc->cluster == 2 && pb->ctas < 2) ||
+            !agmm_gemm_config_takes(tc, pb->b_row_major))
             continue;
         agmm_sched s;
         agmm_gemm_sched_fill(&s, pb, tc);
         const int64_t tiles = agmm_sched_num_tiles(&s);
         const int64_t waves = (tiles + pb->ctas - 1) / pb->ctas;
-        const double cost = (double)waves * (tc->bm / 128.0) * tc->bn * (double)(pb->k + K_OVERHEAD) / tc->eff;
-        if (best < 0 || cost < best_cost * 0.98) {
+        const double cost = (double)waves * (a_ps * 1e-6 * tc->bm * tc->bn * (double)pb->k + b_us);
+        if (best < 0 || cost < best_cost) {
             best = c;
             best_cost = cost;
         }
