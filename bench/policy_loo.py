@@ -10,9 +10,10 @@ column). Its time over best cuBLAS (gemm_ratio.py's yardstick), against the orac
 per shape: the policy on a measured shape) and the cost model alone; --radius R tries another radius.
 Leave-one-out: each shape is judged by the others' winners only.
 
-The cost model: a wave of config c costs a_c x BM x BN x K + b_c microseconds, a_c and b_c fitted by
-least squares on the relative error over a run's shapes, and the config of least waves x that cost is
-taken, every config with coefficients a candidate. --fit judges a fit by two-fold cross-validation (the
+The cost model: config c costs waves x (a_c x BM x BN x K + b_c) + c_c microseconds (a wave's
+multiply-adds, a wave's fixed cost, the run's), the coefficients fitted by least squares on the
+relative error over a run's shapes (b_c or c_c dropped where it would come out negative), and the
+config of least cost is taken, every config with coefficients a candidate. --fit judges a fit by two-fold cross-validation (the
 shapes split in halves 20 times at random, each half judged by the fit on the other), beside the fit
 on all shapes judged on them; --fit-table prints the fit on all shapes as AGMM_GEMM_FITTED's rows.
 
@@ -41,8 +42,44 @@ def macro_rows(name):
 
 
 def fitted():
-    """{config name: (a, b)} from AGMM_GEMM_FITTED: a in picoseconds per multiply-add, b in microseconds."""
-    return {r[0]: (float(r[1]), float(r[2])) for r in macro_rows("AGMM_GEMM_FITTED")}
+    """{config name: (a, b, c)} from AGMM_GEMM_FITTED: a in picoseconds per multiply-add, b and c in
+    microseconds."""
+    return {r[0]: tuple(float(x) for x in r[1:4]) for r in macro_rows("AGMM_GEMM_FITTED")}
+
+
+def least_squares(rows, terms):
+    """The x minimising sum((row . x - 1)^2) over rows, only the terms' entries free (the others 0):
+    the normal equations, solved by Gauss-Jordan elimination. None when they are singular."""
+    n = len(terms)
+    m = [[sum(r[i] * r[j] for r in rows) for j in terms] + [sum(r[i] for r in rows)] for i in terms]
+    for col in range(n):
+        piv = max(range(col, n), key=lambda i: abs(m[i][col]))
+        if abs(m[piv][col]) < 1e-12 * max(1.0, abs(m[col][col])):
+            return None
+        m[col], m[piv] = m[piv], m[col]
+        for i in range(n):
+            if i != col:
+                f = m[i][col] / m[col][col]
+                m[i] = [a - f * b for a, b in zip(m[i], m[col])]
+    x = [0.0] * len(rows[0])
+    for i, t in enumerate(terms):
+        x[t] = m[i][n] / m[i][i]
+    return x
+
+
+def fit_config(rows):
+    """(a, b, c) for one config from rows of (waves x macs, waves, 1) / time: the least-squares fit of
+    the relative error, a term whose coefficient comes out negative dropped (b, then c) so that no
+    wave and no run costs less than nothing."""
+    terms = [0, 1, 2]
+    while True:
+        x = least_squares(rows, terms)
+        if x is None:
+            return None
+        neg = [t for t in terms[1:] if x[t] < 0]
+        if not neg:
+            return tuple(x)
+        terms.remove(neg[0])
 
 
 def radius():
@@ -79,28 +116,27 @@ def main():
         return -(-tiles // ctas), bm * bn * k[4]
 
     def model(k, coef):
-        """agmm_gemm_policy_model with coefficients {config: (ps per multiply-add, us)}: the config of
-        least waves x (a x macs + b); the earlier of equal costs."""
+        """agmm_gemm_policy_model with coefficients {config: (ps per multiply-add, us, us)}: the config
+        of least waves x (a x macs + b) + c; the earlier of equal costs."""
         def cost(c):
             waves, macs = waves_macs(forced[k][c], k)
-            return waves * (coef[c][0] * 1e-6 * macs + coef[c][1])
+            return waves * (coef[c][0] * 1e-6 * macs + coef[c][1]) + coef[c][2]
         return min((c for c in sorted(forced[k]) if c in coef), key=cost, default=None)
 
     def fit(keys):
-        """{config: (a, b)}: waves x (a x macs + b) against the engine's time, least squares on the
-        relative error over `keys`; a in picoseconds per multiply-add, b in microseconds."""
+        """{config: (a, b, c)}: waves x (a x macs + b) + c against the engine's time over `keys`
+        (fit_config); a in picoseconds per multiply-add, b and c in microseconds."""
         coef = {}
         for c in {c for k in keys for c in forced[k]}:
-            suu = suv = svv = su = sv = 0.0
+            rows = []
             for k in keys:
                 if c in forced[k]:
                     w, x = waves_macs(forced[k][c], k)
                     t = us(forced[k], c)
-                    u, v = w * x * 1e-6 / t, w / t
-                    suu, suv, svv, su, sv = suu + u * u, suv + u * v, svv + v * v, su + u, sv + v
-            det = suu * svv - suv * suv
-            if det > 0:
-                coef[c] = ((su * svv - sv * suv) / det, (sv * suu - su * suv) / det)
+                    rows.append((w * x * 1e-6 / t, w / t, 1 / t))
+            fitted_c = fit_config(rows) if len(rows) > 3 else None
+            if fitted_c and fitted_c[0] > 0:
+                coef[c] = fitted_c
         return coef
 
     def judged(keys, coef):
@@ -109,7 +145,7 @@ def main():
     if args.fit_table:
         coef = fit(sorted(forced))
         for c in sorted(coef):
-            print(f'    X("{name_of[c]}", {coef[c][0]:.4f}, {coef[c][1]:.3f}) \\')
+            print(f'    X("{name_of[c]}", {coef[c][0]:.4f}, {coef[c][1]:.3f}, {coef[c][2]:.3f}) \\')
         return
     table = fitted()
     coef = {c: table[name] for c, name in name_of.items() if name in table}

@@ -29,12 +29,8 @@ typedef struct {
 static const measured_row k_measured[] = {AGMM_GEMM_MEASURED(MEASURED_ROW){0, 0, 0, NULL}};
 #undef MEASURED_ROW
 
-typedef struct {
-    const char *name;
-    double a_ps, b_us;
-} fitted_row;
-#define FITTED_ROW(name, a, b) {name, a, b},
-static const fitted_row k_fitted[] = {AGMM_GEMM_FITTED(FITTED_ROW){NULL, 0, 0}};
+#define FITTED_ROW(name, a, b, c) {name, a, b, c},
+static const agmm_gemm_fit k_fitted[] = {AGMM_GEMM_FITTED(FITTED_ROW){NULL, 0, 0, 0}};
 #undef FITTED_ROW
 
 int agmm_gemm_num_configs(void)
@@ -84,16 +80,13 @@ void agmm_gemm_sched_fill(agmm_sched *s, const agmm_gemm_problem *pb, const agmm
     agmm_sched_init(s);
 }
 
-int agmm_gemm_config_fitted(int config, double *a_ps, double *b_us)
+const agmm_gemm_fit *agmm_gemm_config_fit(int config)
 {
     const char *name = agmm_gemm_config_name(config);
-    for (const fitted_row *r = k_fitted; r->name; r++)
-        if (!strcmp(r->name, name)) {
-            *a_ps = r->a_ps;
-            *b_us = r->b_us;
-            return 1;
-        }
-    return 0;
+    for (const agmm_gemm_fit *f = k_fitted; f->name; f++)
+        if (!strcmp(f->name, name))
+            return f;
+    return NULL;
 }
 
 int agmm_gemm_policy_model(const agmm_gemm_problem *pb)
@@ -102,15 +95,14 @@ int agmm_gemm_policy_model(const agmm_gemm_problem *pb)
     double best_cost = 0;
     for (int c = 0; c < NUM_CONFIGS; c++) {
         const agmm_gemm_config *tc = &k_configs[c];
-        double a_ps, b_us;
-        if (!agmm_gemm_config_fitted(c, &a_ps, &b_us) || (tc->cluster == 2 && pb->ctas < 2) ||
-            !agmm_gemm_config_takes(tc, pb->b_row_major))
+        const agmm_gemm_fit *f = agmm_gemm_config_fit(c);
+        if (!f || (tc->cluster == 2 && pb->ctas < 2) || !agmm_gemm_config_takes(tc, pb->b_row_major))
             continue;
         agmm_sched s;
         agmm_gemm_sched_fill(&s, pb, tc);
         const int64_t tiles = agmm_sched_num_tiles(&s);
         const int64_t waves = (tiles + pb->ctas - 1) / pb->ctas;
-        const double cost = (double)waves * (a_ps * 1e-6 * tc->bm * tc->bn * (double)pb->k + b_us);
+        const double cost = (double)waves * (f->a_ps * 1e-6 * tc->bm * tc->bn * (double)pb->k + f->b_us) + f->c_us;
         if (best < 0 || cost < best_cost) {
             best = c;
             best_cost = cost;

@@ -48,13 +48,20 @@ int agmm_gemm_consumer_cols(const agmm_gemm_config *c);
 /* The schedule of pb's problem in tiles of config c (group_m: the policy's L2 grouping). */
 void agmm_gemm_sched_fill(agmm_sched *s, const agmm_gemm_problem *pb, const agmm_gemm_config *c);
 
-/* The cost model's config: of the configs with coefficients (gemm_configs.h's AGMM_GEMM_FITTED),
- * the one whose last wave ends first (waves x (a x BM x BN x K + b); of equal costs the earlier),
- * skipping cluster configs below 2 CTAs and configs that do not take pb's B layout. */
+/* A config's cost model coefficients (gemm_configs.h's AGMM_GEMM_FITTED): a run of it costs
+ * waves x (a_ps x BM x BN x K + b_us) + c_us. */
+typedef struct {
+    const char *name;
+    double a_ps; /* picoseconds per multiply-add of a wave's tile */
+    double b_us; /* a wave's fixed cost, microseconds */
+    double c_us; /* the run's, microseconds */
+} agmm_gemm_fit;
+
+/* The cost model's config: of the configs with coefficients, the one of least cost (of equal costs
+ * the earlier), skipping cluster configs below 2 CTAs and configs that do not take pb's B layout. */
 int agmm_gemm_policy_model(const agmm_gemm_problem *pb);
-/* Config `config`'s cost model coefficients: 1 and a (picoseconds per multiply-add), b
- * (microseconds per wave) where AGMM_GEMM_FITTED has a row for it; 0 where it has none. */
-int agmm_gemm_config_fitted(int config, double *a_ps, double *b_us);
+/* Config `config`'s coefficients, or NULL where AGMM_GEMM_FITTED has no row for it. */
+const agmm_gemm_fit *agmm_gemm_config_fit(int config);
 /* The measured table's config (gemm_configs.h): that of the nearest measured shape within
  * AGMM_GEMM_MEASURED_RADIUS, when the plan has the whole GPU as when it was measured (or all but
  * the one SM that fused leaves free) and the config takes pb's B layout; -1 when none applies. */
