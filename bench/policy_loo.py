@@ -5,8 +5,8 @@ and the cost model's coefficients, fitted on such a run.
 For each shape of the run, the config the policy (src/kernels/gemm/policy.c) would take were that shape
 missing from the measured table: the fastest config of the nearest other shape within the radius
 (AGMM_GEMM_MEASURED_RADIUS, read from policy.h), else the cost model's (agmm_gemm_policy_model, mirrored
-below with the coefficients of gemm_configs.h's AGMM_GEMM_FITTED; tiles and CTAs from the lab's config
-column). Its time over best cuBLAS (gemm_ratio.py's yardstick), against the oracle (the fastest config
+below with the coefficients of gemm_configs.h's AGMM_GEMM_FITTED_<device>; tiles and CTAs from the lab's
+config column). Its time over best cuBLAS (gemm_ratio.py's yardstick), against the oracle (the fastest config
 per shape: the policy on a measured shape) and the cost model alone; --radius R tries another radius.
 Leave-one-out: each shape is judged by the others' winners only.
 
@@ -15,9 +15,11 @@ multiply-adds, a wave's fixed cost, the run's), the coefficients fitted by least
 relative error over a run's shapes (b_c or c_c dropped where it would come out negative), and the
 config of least cost is taken, every config with coefficients a candidate. --fit judges a fit by two-fold cross-validation (the
 shapes split in halves 20 times at random, each half judged by the fit on the other), beside the fit
-on all shapes judged on them; --fit-table prints the fit on all shapes as AGMM_GEMM_FITTED's rows.
+on all shapes judged on them; --fit-table prints the fit on all shapes as the rows of
+AGMM_GEMM_FITTED_<device>. --device H100|H200 (default H200): the kind the run was on, whose cost
+model is judged.
 
-    python3 bench/policy_loo.py lab.csv [torch.csv] [--radius R] [--fit] [--fit-table]
+    python3 bench/policy_loo.py lab.csv [torch.csv] [--device D] [--radius R] [--fit] [--fit-table]
 
 lab.csv: gemm-lab --configs all --csv lab.csv (every config forced on every shape).
 """
@@ -41,10 +43,10 @@ def macro_rows(name):
     return [[f.strip().strip('"') for f in m.group(1).split(",")] for m in re.finditer(r"X\(([^)]*)\)", body)]
 
 
-def fitted():
-    """{config name: (a, b, c)} from AGMM_GEMM_FITTED: a in picoseconds per multiply-add, b and c in
-    microseconds."""
-    return {r[0]: tuple(float(x) for x in r[1:4]) for r in macro_rows("AGMM_GEMM_FITTED")}
+def fitted(device):
+    """{config name: (a, b, c)} from AGMM_GEMM_FITTED_<device>: a in picoseconds per multiply-add, b and
+    c in microseconds."""
+    return {r[0]: tuple(float(x) for x in r[1:4]) for r in macro_rows(f"AGMM_GEMM_FITTED_{device}")}
 
 
 def least_squares(rows, terms):
@@ -93,7 +95,10 @@ def main():
     ap.add_argument("torch_csv", nargs="?")
     ap.add_argument("--radius", type=float, help="the table's reach (default: policy.h's)")
     ap.add_argument("--fit", action="store_true", help="also the cost model fitted on this run, cross-validated")
-    ap.add_argument("--fit-table", action="store_true", help="print the fit on all shapes as AGMM_GEMM_FITTED's rows")
+    ap.add_argument("--fit-table", action="store_true",
+                    help="print the fit on all shapes as AGMM_GEMM_FITTED_<device>'s rows")
+    ap.add_argument("--device", choices=("H100", "H200"), default="H200",
+                    help="the device kind of the run: whose cost model to judge, whose table to print")
     args = ap.parse_args()
     lab, torch_us = load(args.lab_csv, args.torch_csv)
     reach = radius() if args.radius is None else args.radius
@@ -144,10 +149,11 @@ def main():
 
     if args.fit_table:
         coef = fit(sorted(forced))
+        print(f"#define AGMM_GEMM_FITTED_{args.device}(X) \\")
         for c in sorted(coef):
             print(f'    X("{name_of[c]}", {coef[c][0]:.4f}, {coef[c][1]:.3f}, {coef[c][2]:.3f}) \\')
         return
-    table = fitted()
+    table = fitted(args.device)
     coef = {c: table[name] for c, name in name_of.items() if name in table}
 
     def dist(a, b):

@@ -4,11 +4,12 @@
  *             split tail, a whole tile of at most 128 accumulators per thread, named /pp), names
  *             unique and found by name; out of range refused; the whole-tile twin of each config
  *             (scatter mode's) and the tile count of a grid
- *   measured  every name of the measured table is a config; each measured shape picks its own
- *             config, a shape near one picks it, a far one or a partial GPU picks none
- *   model     the cost model's picks on shapes whose answer is worked out by hand from the fitted
- *             table (small GEMMs get small tiles, large ones 128 x 256), never a config without
- *             coefficients; the fitted table's rows name configs and rank larger K dearer
+ *   measured  every name of each device kind's measured table is a config; each measured shape
+ *             picks its own config, a shape near one picks it, a far one or a partial GPU picks
+ *             none; a device's kind from its memory
+ *   model     the cost model's picks on shapes whose answer is worked out by hand from the H200's
+ *             fitted table (small GEMMs get small tiles, large ones 128 x 256), never a config
+ *             without coefficients; the fitted tables' rows name configs and rank larger K dearer
  *   split     the split-tail plan over thousands of (tiles, CTAs, K blocks): only the last round's
  *             tiles (r or r + CTAs of them) are cut, into 2..16 pieces that partition K and that
  *             the model says are faster; the two splits the GPU test relies on
@@ -23,12 +24,13 @@
 #include "kernels/gemm/gemm_configs.h"
 #include "kernels/gemm/policy.h"
 
-#define SMS 132 /* an H200's */
+#define SMS 132 /* an H100's and an H200's */
 
+/* A problem on an H200 (the hand-worked cases below are its tables'). */
 static agmm_gemm_problem problem(int nranks, int64_t m, int64_t n, int64_t k, int ctas)
 {
     agmm_gemm_problem pb = {.m = m, .n = n, .k = k, .nranks = nranks, .rank = 0, .splits = 1, .ctas = ctas,
-                            .sms = SMS};
+                            .sms = SMS, .device = AGMM_GEMM_H200};
     return pb;
 }
 
@@ -42,13 +44,14 @@ void test_gemm_policy_table(void)
         /* A consumer's part: half the tile (cooperative) or all of it (ping-pong). */
         const int wm = tc->pp ? tc->bm : tc->wgn == 1 ? tc->bm / 2 : tc->bm, wn = tc->pp ? tc->bn : tc->bn / tc->wgn;
         /* A consumer width that is not a multiple of 64 (config.cuh): 16-column multiples, cooperative,
-         * no cluster, column-major B only. */
+         * column-major B only; a B-multicast pair takes row-major B only in whole 128-column tiles (each
+         * CTA its half in 64-column boxes). */
         const int odd = wn % 64 != 0;
-        const int ok = (tc->wgn == 1 || tc->wgn == 2) && wm % 64 == 0 && wn % 16 == 0 &&
-                       (!odd || (tc->cluster == 1 && !tc->pp)) &&
-                       agmm_gemm_config_takes(tc, 0) && agmm_gemm_config_takes(tc, 1) == !odd && tc->stages >= 2 &&
-                       (tc->cluster == 1 || (tc->cluster == 2 && tc->bm == 128 && tc->wgn == 1 && tc->bn % 128 == 0 &&
-                                             !tc->sk)) &&
+        const int ok = (tc->wgn == 1 || tc->wgn == 2) && wm % 64 == 0 && wn % 16 == 0 && (!odd || !tc->pp) &&
+                       agmm_gemm_config_takes(tc, 0) &&
+                       agmm_gemm_config_takes(tc, 1) == (!odd && (tc->cluster == 1 || tc->bn % 128 == 0)) &&
+                       tc->stages >= 2 &&
+                       (tc->cluster == 1 || (tc->cluster == 2 && tc->bm == 128 && tc->wgn == 1 && !tc->sk)) &&
                        (tc->pp == 0 || (tc->pp == 1 && tc->wgn == 1 && tc->cluster == 1 && !tc->sk &&
                                         wm * wn / 128 <= 128 && strstr(tc->name, "/pp"))) &&
                        agmm_gemm_config_find(tc->name) == c && !strcmp(agmm_gemm_config_name(c), tc->name);
@@ -57,9 +60,9 @@ void test_gemm_policy_table(void)
     }
     agmm_check(n >= 1 && bad == 0,
                "gemm policy: %d configs, each with whole 64-row blocks of 16-column multiples per consumer (not 64: "
-               "cooperative, no cluster, column-major B only), multicast only on 128-row tiles, ping-pong (/pp) only "
-               "without cluster or split tail and with at most 128 accumulators per thread, a unique name found by "
-               "agmm_gemm_config_find%s",
+               "cooperative, column-major B only), multicast only on 128-row tiles (with row-major B only on "
+               "128-column multiples), ping-pong (/pp) only without cluster or split tail and with at most 128 "
+               "accumulators per thread, a unique name found by agmm_gemm_config_find%s",
                n, first);
     agmm_check(!agmm_gemm_config_at(-1) && !agmm_gemm_config_at(n) && !strcmp(agmm_gemm_config_name(n), "?") &&
                    agmm_gemm_config_find("no such config") == -1 && agmm_gemm_config_find(NULL) == -1,
@@ -95,42 +98,63 @@ typedef struct {
     const char *name;
 } measured;
 #define MEASURED_ROW(rows, n, k, name) {rows, n, k, name},
-static const measured k_rows[] = {AGMM_GEMM_MEASURED(MEASURED_ROW)};
+static const measured k_rows_h100[] = {AGMM_GEMM_MEASURED_H100(MEASURED_ROW){0, 0, 0, NULL}};
+static const measured k_rows_h200[] = {AGMM_GEMM_MEASURED_H200(MEASURED_ROW){0, 0, 0, NULL}};
 #undef MEASURED_ROW
-#define NROWS ((int)(sizeof k_rows / sizeof k_rows[0]))
+static const measured *const k_rows[AGMM_GEMM_DEVICE_KINDS] = {k_rows_h100, k_rows_h200};
+static const char *const k_device_names[AGMM_GEMM_DEVICE_KINDS] = {"H100", "H200"};
 
-void test_gemm_policy_measured(void)
+/* One device kind's measured table: every name a config, every shape picking its own config. */
+static void check_measured(agmm_gemm_device device)
 {
-    int missing = 0, wrong = 0;
+    const measured *rows = k_rows[device];
+    int n = 0, missing = 0, wrong = 0;
     char first_missing[96] = "", first_wrong[160] = "";
-    for (int i = 0; i < NROWS; i++) {
-        const measured *r = &k_rows[i];
+    for (const measured *r = rows; r->name; r++, n++) {
         const int want = agmm_gemm_config_find(r->name);
         if (want < 0 && missing++ == 0)
             snprintf(first_missing, sizeof first_missing, " (first: \"%s\")", r->name);
         /* The measured shape itself, as W = 8 ranks of rows / 8 (the lab's gathered GEMMs). A row
          * whose shape another row repeats with another name is skipped: the table may not say. */
         int repeated = 0;
-        for (int j = 0; j < NROWS; j++)
-            repeated |= j != i && k_rows[j].rows == r->rows && k_rows[j].n == r->n && k_rows[j].k == r->k &&
-                        strcmp(k_rows[j].name, r->name);
+        for (const measured *o = rows; o->name; o++)
+            repeated |= o != r && o->rows == r->rows && o->n == r->n && o->k == r->k && strcmp(o->name, r->name);
         agmm_gemm_problem pb = problem(8, (int64_t)r->rows / 8, (int64_t)r->n, (int64_t)r->k, SMS);
+        pb.device = device;
         const int got = agmm_gemm_policy_measured(&pb);
         if (!repeated && got != want && wrong++ == 0)
             snprintf(first_wrong, sizeof first_wrong, " (first: %gx%gx%g picks %s, not %s)", r->rows, r->n, r->k,
                      agmm_gemm_config_name(got), r->name);
     }
-    agmm_check(NROWS > 0 && missing == 0, "gemm policy: all %d names of the measured table are configs%s", NROWS,
-               first_missing);
-    agmm_check(wrong == 0, "gemm policy: each of the %d measured shapes picks its own config with the whole GPU%s",
-               NROWS, first_wrong);
+    agmm_check(n > 0 && missing == 0, "gemm policy: all %d names of the %s measured table are configs%s", n,
+               k_device_names[device], first_missing);
+    agmm_check(wrong == 0,
+               "gemm policy: each of the %d shapes of the %s measured table picks its own config with the whole GPU%s",
+               n, k_device_names[device], first_wrong);
+}
+
+void test_gemm_policy_measured(void)
+{
+    for (int d = 0; d < AGMM_GEMM_DEVICE_KINDS; d++)
+        check_measured((agmm_gemm_device)d);
+    /* A device's kind from its memory: HBM3 parts (80, 94, 96 GiB) take the H100's tables, HBM3e
+     * parts (141, 144 GB) the H200's; a kind past the tables has none. */
+    const uint64_t gib = 1ull << 30;
+    agmm_gemm_problem bad_kind = problem(8, 4096, 4096, 4096, SMS);
+    bad_kind.device = AGMM_GEMM_DEVICE_KINDS;
+    agmm_check(agmm_gemm_device_kind(80 * gib) == AGMM_GEMM_H100 && agmm_gemm_device_kind(96 * gib) == AGMM_GEMM_H100 &&
+                   agmm_gemm_device_kind(141000000000ull) == AGMM_GEMM_H200 &&
+                   agmm_gemm_device_kind(144 * gib) == AGMM_GEMM_H200 && agmm_gemm_policy_measured(&bad_kind) == -1 &&
+                   agmm_gemm_policy_model(&bad_kind) == -1,
+               "gemm policy: 80 and 96 GiB devices take the H100's tables, 141 GB and 144 GiB the H200's; an unknown "
+               "kind has neither");
 
     /* 32768 x 4096 x 4300: 0.07 from the measured 32768 x 4096 x 4096 (summed |log2|), within the
      * radius and further from every other row; it takes whatever that row names. */
     int big = -1;
-    for (int i = 0; i < NROWS; i++)
-        if (k_rows[i].rows == 32768 && k_rows[i].n == 4096 && k_rows[i].k == 4096)
-            big = agmm_gemm_config_find(k_rows[i].name);
+    for (const measured *r = k_rows_h200; r->name; r++)
+        if (r->rows == 32768 && r->n == 4096 && r->k == 4096)
+            big = agmm_gemm_config_find(r->name);
     agmm_gemm_problem near = problem(8, 4096, 4096, 4300, SMS), part = near, fused = near;
     part.ctas = SMS - 2;
     fused.ctas = SMS - 1;
@@ -169,45 +193,54 @@ void test_gemm_policy_model(void)
                "gemm policy: the cost model picks %s for 2048x256x256, %s for 2176^3 and %s for 4096^3 on %d CTAs",
                agmm_gemm_config_name(cs), agmm_gemm_config_name(co), agmm_gemm_config_name(cl), SMS);
 
-    /* Every row of the fitted table names a config, no config twice, ranks larger K dearer and costs
-     * nothing less than nothing (a > 0, b >= 0, c >= 0); a config without a row has no coefficients. */
+    /* Every row of each fitted table names a config, no config twice, ranks larger K dearer and
+     * costs nothing less than nothing (a > 0, b >= 0, c >= 0); a config without a row has no
+     * coefficients. */
     int rows = 0, bad_row = 0, fitted = 0;
 #define FITTED_ROW(name, a, b, c)                                                                                      \
     rows++, bad_row += agmm_gemm_config_find(name) < 0 || !((a) > 0) || !((b) >= 0) || !((c) >= 0);
-    AGMM_GEMM_FITTED(FITTED_ROW)
+    AGMM_GEMM_FITTED_H100(FITTED_ROW)
+    AGMM_GEMM_FITTED_H200(FITTED_ROW)
 #undef FITTED_ROW
-    for (int c = 0; c < agmm_gemm_num_configs(); c++)
-        fitted += agmm_gemm_config_fit(c) != NULL &&
-                  !strcmp(agmm_gemm_config_fit(c)->name, agmm_gemm_config_name(c));
-    agmm_check(rows > 0 && bad_row == 0 && fitted == rows && !agmm_gemm_config_fit(-1),
-               "gemm policy: the fitted table's %d rows name %d distinct configs, each a > 0, b >= 0 and c >= 0 (%d "
-               "do not)",
+    for (int d = 0; d < AGMM_GEMM_DEVICE_KINDS; d++)
+        for (int c = 0; c < agmm_gemm_num_configs(); c++) {
+            const agmm_gemm_fit *f = agmm_gemm_config_fit((agmm_gemm_device)d, c);
+            fitted += f && !strcmp(f->name, agmm_gemm_config_name(c));
+        }
+    agmm_check(rows > 0 && bad_row == 0 && fitted == rows && !agmm_gemm_config_fit(AGMM_GEMM_H200, -1) &&
+                   !agmm_gemm_config_fit(AGMM_GEMM_DEVICE_KINDS, 0),
+               "gemm policy: the fitted tables' %d rows name %d distinct configs per device, each a > 0, b >= 0 and "
+               "c >= 0 (%d do not)",
                rows, fitted, bad_row);
 
-    /* Whatever the shape and budget, a config with coefficients, and no pair below 2 CTAs. */
+    /* Whatever the device kind, shape and budget, a config with coefficients, and no pair below 2 CTAs. */
     int bad = 0;
     char first[160] = "";
-    for (int64_t m = 1; m <= 9000; m = m * 3 + 7)
-        for (int64_t nk = 8; nk <= 9000; nk = nk * 4 + 8)
-            for (int ctas = 1; ctas <= SMS; ctas += 37) {
-                agmm_gemm_problem pb = problem(3, m, nk, nk, ctas);
-                const int c = agmm_gemm_policy_model(&pb);
-                const agmm_gemm_config *tc = agmm_gemm_config_at(c);
-                if ((!tc || !agmm_gemm_config_fit(c) || (tc->cluster == 2 && ctas < 2)) && bad++ == 0)
-                    snprintf(first, sizeof first, " (first: m=%lld n=k=%lld ctas=%d: %s)", (long long)m,
-                             (long long)nk, ctas, tc ? tc->name : "none");
-            }
+    for (int d = 0; d < AGMM_GEMM_DEVICE_KINDS; d++)
+        for (int64_t m = 1; m <= 9000; m = m * 3 + 7)
+            for (int64_t nk = 8; nk <= 9000; nk = nk * 4 + 8)
+                for (int ctas = 1; ctas <= SMS; ctas += 37) {
+                    agmm_gemm_problem pb = problem(3, m, nk, nk, ctas);
+                    pb.device = (agmm_gemm_device)d;
+                    const int c = agmm_gemm_policy_model(&pb);
+                    const agmm_gemm_config *tc = agmm_gemm_config_at(c);
+                    if ((!tc || !agmm_gemm_config_fit(pb.device, c) || (tc->cluster == 2 && ctas < 2)) && bad++ == 0)
+                        snprintf(first, sizeof first, " (first: %s m=%lld n=k=%lld ctas=%d: %s)", k_device_names[d],
+                                 (long long)m, (long long)nk, ctas, tc ? tc->name : "none");
+                }
     agmm_check(bad == 0, "gemm policy: the cost model picks a config with coefficients on every shape and budget%s",
                first);
 
     /* A row-major B never gets a config that takes column-major B only, from the model or the table. */
     int row_bad = 0;
-    for (int64_t m = 1; m <= 9000; m = m * 3 + 7)
-        for (int64_t nk = 8; nk <= 9000; nk = nk * 4 + 8) {
-            agmm_gemm_problem pb = problem(8, m, nk, nk, SMS);
-            pb.b_row_major = 1;
-            row_bad += !agmm_gemm_config_takes(agmm_gemm_config_at(agmm_gemm_policy_choose(&pb)), 1);
-        }
+    for (int d = 0; d < AGMM_GEMM_DEVICE_KINDS; d++)
+        for (int64_t m = 1; m <= 9000; m = m * 3 + 7)
+            for (int64_t nk = 8; nk <= 9000; nk = nk * 4 + 8) {
+                agmm_gemm_problem pb = problem(8, m, nk, nk, SMS);
+                pb.b_row_major = 1;
+                pb.device = (agmm_gemm_device)d;
+                row_bad += !agmm_gemm_config_takes(agmm_gemm_config_at(agmm_gemm_policy_choose(&pb)), 1);
+            }
     agmm_check(row_bad == 0, "gemm policy: with row-major B every choice takes row-major B (%d do not)", row_bad);
 }
 

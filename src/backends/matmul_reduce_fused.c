@@ -422,7 +422,8 @@ static agmm_status agreed_grid(agmm_plan *plan, const agmm_mr_shape *s, int *con
     const int sms = agmm_ctx_gpu(plan->ctx)->num_sms, budget = gemm_ctas(plan->ctx);
     const agmm_gemm_problem pb = {.m = s->m, .n = s->n, .k = s->k, .nranks = 1, .rank = 0, .splits = 1,
                                   .ctas = budget ? budget : sms, .sms = sms,
-                                  .b_row_major = s->layout == AGMM_LAYOUT_ROW_MAJOR};
+                                  .b_row_major = s->layout == AGMM_LAYOUT_ROW_MAJOR,
+                                  .device = agmm_gemm_current_device()};
     int mine[2] = {agmm_gemm_scatter_config(agmm_gemm_policy_choose(&pb)), budget ? budget : sms};
     int all[2 * AGMM_MAX_RANKS];
     agmm_status st = agmm_host_exchange(plan->ctx, mine, sizeof mine, all);

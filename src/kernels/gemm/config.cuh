@@ -20,15 +20,18 @@ struct gemm_cfg {
                          NACC = MB * WN / 2;
     /* Consumer cw's part starts at row cw * CW_ROWS, column cw * CW_COLS of the tile. */
     static constexpr int CW_ROWS = !PP && WGN == 1 ? WM : 0, CW_COLS = !PP && WGN == 2 ? WN : 0;
-    static_assert(CL == 1 || (BM == 128 && WGN == 1 && BN % 128 == 0 && !SK), "B multicast pairs: 128-row tiles");
+    /* B multicast pairs: each CTA loads half of B's columns for both (b_loader.cuh): with column-major
+     * B BN/2 rows of the slot, whole 8-row swizzle atoms; with row-major B whole 64-column boxes. */
+    static_assert(CL == 1 || (BM == 128 && WGN == 1 && (B_MN ? BN % 128 == 0 : BN % 16 == 0) && !SK),
+                  "B multicast pairs: 128-row tiles, halves of whole swizzle atoms or boxes");
     /* A consumer width that is not a multiple of 64 (192 x 192's 96, gemm_configs.h): its columns in
      * 16s, its last 64-column piece partial in the epilogues; column-major B only (row-major B comes
-     * in 64-column boxes, b_loader.cuh), cooperative, no cluster. The second consumer's B then starts
+     * in 64-column boxes, b_loader.cuh), cooperative. The second consumer's B then starts
      * WN rows into the slot: whole 1024-byte swizzle atoms (8 rows each). */
     static constexpr bool WIDE_ODD = WN % 64 != 0;
     static_assert(WM % 64 == 0 && WN % 16 == 0, "consumers own whole 64-row blocks of 16-column multiples");
-    static_assert(!WIDE_ODD || (!B_MN && CL == 1 && !PP),
-                  "a consumer width that is not a multiple of 64: column-major B, cooperative, no cluster");
+    static_assert(!WIDE_ODD || (!B_MN && !PP),
+                  "a consumer width that is not a multiple of 64: column-major B, cooperative");
     static_assert(!PP || (WGN == 1 && CL == 1 && !SK && NACC <= 128),
                   "ping-pong: no cluster or split tail yet; at most 128 accumulators per thread (128 x 192's "
                   "192 spill in the consumers' 224 registers)");

@@ -27,7 +27,12 @@
  * 192 x 192 one; a width per consumer that is not a multiple of 64: column-major B only,
  * config.cuh). The B-multicast pairs (/c2) run at 1.00-1.07x the time of the same tile without a
  * cluster since the consumers' remote arrive dropped .release.cluster (hopper_ptx.cuh; before:
- * 1.5-2.6x). Which config runs a shape is the policy's (the two tables below; docs/gemm_engine.md). */
+ * 1.5-2.6x). Configs 21-25, pairs of 128 x 144, 160, 176, 192 and 112 (2026-12-06): the widths
+ * between cuBLASLt's wave-fitted tiles, which alone starve on L2 (each reads 58-69 operand bytes per
+ * MMA cycle where L2 gives ~40) and paired read 37-53; each CTA loads BN/2 rows of column-major B
+ * (whole 8-row swizzle atoms for any width in 16s), row-major B only at 128-column multiples. On
+ * an H100 they are the fastest config on 23 of the 130 lab shapes, and the fastest-per-shape
+ * over all configs 0.4% faster with them (docs/results, seventeenth session). Which config runs a shape is the policy's (the two tables below; docs/gemm_engine.md). */
 #ifndef AGMM_KERNELS_GEMM_CONFIGS_H
 #define AGMM_KERNELS_GEMM_CONFIGS_H
 
@@ -52,21 +57,162 @@
     X(256, 192, 3, 1, 1, 0, 0, "256x192x64/s3")     \
     X(256, 192, 3, 1, 1, 2, 0, "256x192x64/s3/stk") \
     X(192, 192, 4, 2, 1, 0, 0, "192x192x64/s4")     \
-    X(192, 192, 4, 2, 1, 2, 0, "192x192x64/s4/stk")
+    X(192, 192, 4, 2, 1, 2, 0, "192x192x64/s4/stk") \
+    X(128, 144, 6, 1, 2, 0, 0, "128x144x64/s6/c2")  \
+    X(128, 160, 5, 1, 2, 0, 0, "128x160x64/s5/c2")  \
+    X(128, 176, 5, 1, 2, 0, 0, "128x176x64/s5/c2")  \
+    X(128, 192, 5, 1, 2, 0, 0, "128x192x64/s5/c2")  \
+    X(128, 112, 6, 1, 2, 0, 0, "128x112x64/s6/c2")
 
-/* The measured policy: X(rows, n, k, "config name") per measured shape, the fastest config there.
- * A plan whose shape lies near one of them (policy.c, agmm_gemm_policy_measured) and that has the
- * whole GPU takes that config; elsewhere the cost model (AGMM_GEMM_FITTED, below) decides. Empty
- * until measured. To regenerate from a lab run on the GPU machine:
+/* The measured policy, one table per device kind (policy.h's agmm_gemm_device): X(rows, n, k,
+ * "config name") per measured shape, the fastest config there. A plan whose shape lies near one of
+ * them (policy.c, agmm_gemm_policy_measured) and that has the whole GPU takes that config; elsewhere
+ * the cost model (AGMM_GEMM_FITTED_*, below) decides. To regenerate from a lab run on the GPU
+ * machine:
  *     gemm-lab --configs all --csv lab.csv            (every config forced, every shape)
- *     python3 bench/gemm_ratio.py lab.csv --policy-table
+ *     python3 bench/gemm_ratio.py lab.csv --policy-table --device H100   (or H200)
  * and paste its rows here; check with the lab that the policy (config -1) then matches the
- * oracle line of gemm_ratio.py.
- * Measured: 2026-12-05, one H200, `gemm-lab --configs all --reps 10` on the 31 seed shapes at
+ * oracle line of gemm_ratio.py. Configs within about 2% of each other are within a run's noise.
+ * H100 measured: 2026-12-06, one H100 80GB HBM3, `gemm-lab --configs all --reps 10` on the 31 seed
+ * shapes at W = 1, 2, 4, 8 and the 6 model shapes, configs 0-25, GROUP_M 16
+ * (docs/results/h100_2026-12-06b/lab_all.csv). */
+#define AGMM_GEMM_MEASURED_H100(X) \
+    X(256, 256, 256, "64x128x64/s8") \
+    X(384, 384, 384, "64x128x64/s8") \
+    X(512, 256, 256, "64x192x64/s6/pp") \
+    X(512, 512, 512, "64x128x64/s8") \
+    X(640, 640, 640, "64x128x64/s8") \
+    X(768, 384, 384, "64x128x64/s8") \
+    X(768, 768, 768, "64x128x64/s8") \
+    X(896, 896, 896, "64x128x64/s8") \
+    X(1024, 256, 256, "64x128x64/s8") \
+    X(1024, 512, 512, "64x128x64/s8") \
+    X(1024, 1024, 1024, "64x128x64/s8") \
+    X(1152, 1152, 1152, "64x192x64/s6/pp") \
+    X(1280, 640, 640, "64x128x64/s8") \
+    X(1280, 1280, 1280, "128x128x64/s6/stk") \
+    X(1408, 1408, 1408, "128x128x64/s6") \
+    X(1536, 384, 384, "64x128x64/s8") \
+    X(1536, 768, 768, "64x192x64/s6/pp") \
+    X(1536, 1536, 1536, "128x192x64/s5") \
+    X(1664, 1664, 1664, "128x192x64/s5/c2") \
+    X(1792, 896, 896, "128x128x64/s6") \
+    X(1792, 1792, 1792, "128x256x64/s4") \
+    X(1920, 1920, 1920, "128x256x64/s4") \
+    X(2048, 256, 256, "64x128x64/s8") \
+    X(2048, 512, 512, "128x64x64/s8") \
+    X(2048, 1024, 1024, "128x128x64/s6") \
+    X(2048, 2048, 2048, "128x256x64/s4") \
+    X(2176, 2176, 2176, "128x160x64/s5/c2") \
+    X(2304, 1152, 1152, "128x192x64/s5") \
+    X(2304, 2304, 2304, "128x192x64/s5") \
+    X(2432, 2432, 2432, "128x192x64/s5/c2") \
+    X(2560, 640, 640, "128x128x64/s6") \
+    X(2560, 1280, 1280, "128x256x64/s4") \
+    X(2560, 2560, 2560, "128x144x64/s6/c2") \
+    X(2688, 2688, 2688, "128x256x64/s4/c2") \
+    X(2816, 1408, 1408, "128x256x64/s4") \
+    X(2816, 2816, 2816, "128x256x64/s4") \
+    X(2944, 2944, 2944, "192x192x64/s4") \
+    X(3072, 384, 384, "64x192x64/s6/pp") \
+    X(3072, 768, 768, "128x192x64/s5") \
+    X(3072, 1536, 1536, "192x192x64/s4") \
+    X(3072, 3072, 3072, "192x192x64/s4") \
+    X(3200, 3200, 3200, "128x160x64/s5/c2") \
+    X(3328, 1664, 1664, "128x192x64/s5/c2") \
+    X(3328, 3328, 3328, "128x176x64/s5/c2") \
+    X(3456, 3456, 3456, "256x192x64/s3") \
+    X(3584, 896, 896, "128x256x64/s4") \
+    X(3584, 1792, 1792, "128x128x64/s6/c2") \
+    X(3584, 3584, 3584, "128x256x64/s4") \
+    X(3712, 3712, 3712, "128x192x64/s5/c2") \
+    X(3840, 1920, 1920, "128x256x64/s4") \
+    X(3840, 3840, 3840, "128x176x64/s5/c2") \
+    X(3968, 3968, 3968, "128x192x64/s5/c2") \
+    X(4096, 512, 512, "64x128x64/s8/pp") \
+    X(4096, 1024, 1024, "128x256x64/s4") \
+    X(4096, 2048, 2048, "128x256x64/s4") \
+    X(4096, 4096, 4096, "128x256x64/s4") \
+    X(4352, 2176, 2176, "128x160x64/s5/c2") \
+    X(4608, 1152, 1152, "128x128x64/s6/pp") \
+    X(4608, 2304, 2304, "128x128x64/s6/c2") \
+    X(4864, 2432, 2432, "128x256x64/s4/c2") \
+    X(5120, 640, 640, "128x256x64/s4") \
+    X(5120, 1280, 1280, "128x256x64/s4") \
+    X(5120, 2560, 2560, "128x160x64/s5/c2") \
+    X(5376, 2688, 2688, "192x192x64/s4") \
+    X(5632, 1408, 1408, "256x128x64/s4") \
+    X(5632, 2816, 2816, "128x192x64/s5/c2") \
+    X(5888, 2944, 2944, "128x176x64/s5/c2") \
+    X(6144, 768, 768, "64x192x64/s6/pp") \
+    X(6144, 1536, 1536, "128x192x64/s5") \
+    X(6144, 3072, 3072, "192x192x64/s4") \
+    X(6400, 3200, 3200, "128x256x64/s4/c2") \
+    X(6656, 1664, 1664, "128x256x64/s4/c2") \
+    X(6656, 3328, 3328, "128x256x64/s4/sk") \
+    X(6912, 3456, 3456, "192x192x64/s4") \
+    X(7168, 896, 896, "128x128x64/s6/pp") \
+    X(7168, 1792, 1792, "128x256x64/s4") \
+    X(7168, 3584, 3584, "128x256x64/s4/c2") \
+    X(7424, 3712, 3712, "128x192x64/s5/c2") \
+    X(7680, 1920, 1920, "128x176x64/s5/c2") \
+    X(7680, 3840, 3840, "128x256x64/s4") \
+    X(7936, 3968, 3968, "256x192x64/s3") \
+    X(8192, 1024, 1024, "128x256x64/s4") \
+    X(8192, 1792, 4096, "128x256x64/s4/sk") \
+    X(8192, 2048, 2048, "128x256x64/s4") \
+    X(8192, 3584, 8192, "128x256x64/s4/c2") \
+    X(8192, 3696, 8192, "128x144x64/s6/c2") \
+    X(8192, 4096, 1792, "128x256x64/s4/c2") \
+    X(8192, 4096, 4096, "128x256x64/s4") \
+    X(8192, 8192, 3584, "128x192x64/s5") \
+    X(8192, 8192, 3696, "128x192x64/s5/c2") \
+    X(8704, 2176, 2176, "128x256x64/s4/c2") \
+    X(9216, 1152, 1152, "128x128x64/s6/c2") \
+    X(9216, 2304, 2304, "128x256x64/s4") \
+    X(9728, 2432, 2432, "128x256x64/s4/c2") \
+    X(10240, 1280, 1280, "128x160x64/s5/c2") \
+    X(10240, 2560, 2560, "128x160x64/s5/c2") \
+    X(10752, 2688, 2688, "192x192x64/s4") \
+    X(11264, 1408, 1408, "128x256x64/s4/c2") \
+    X(11264, 2816, 2816, "256x192x64/s3") \
+    X(11776, 2944, 2944, "128x176x64/s5/c2") \
+    X(12288, 1536, 1536, "192x192x64/s4") \
+    X(12288, 3072, 3072, "256x192x64/s3") \
+    X(12800, 3200, 3200, "128x256x64/s4/c2") \
+    X(13312, 1664, 1664, "192x192x64/s4") \
+    X(13312, 3328, 3328, "128x256x64/s4/sk") \
+    X(13824, 3456, 3456, "192x192x64/s4") \
+    X(14336, 1792, 1792, "128x256x64/s4") \
+    X(14336, 3584, 3584, "128x256x64/s4") \
+    X(14848, 3712, 3712, "256x128x64/s4") \
+    X(15360, 1920, 1920, "128x176x64/s5/c2") \
+    X(15360, 3840, 3840, "128x256x64/s4") \
+    X(15872, 3968, 3968, "256x192x64/s3") \
+    X(16384, 2048, 2048, "128x256x64/s4/c2") \
+    X(16384, 4096, 4096, "128x256x64/s4") \
+    X(17408, 2176, 2176, "256x128x64/s4") \
+    X(18432, 2304, 2304, "128x256x64/s4") \
+    X(19456, 2432, 2432, "256x128x64/s4") \
+    X(20480, 2560, 2560, "128x256x64/s4/sk") \
+    X(21504, 2688, 2688, "256x192x64/s3") \
+    X(22528, 2816, 2816, "128x256x64/s4") \
+    X(23552, 2944, 2944, "256x128x64/s4/stk") \
+    X(24576, 3072, 3072, "256x192x64/s3") \
+    X(25600, 3200, 3200, "256x128x64/s4/stk") \
+    X(26624, 3328, 3328, "128x256x64/s4/sk") \
+    X(27648, 3456, 3456, "256x192x64/s3") \
+    X(28672, 3584, 3584, "128x256x64/s4/stk") \
+    X(29696, 3712, 3712, "256x128x64/s4") \
+    X(30720, 3840, 3840, "128x256x64/s4/sk") \
+    X(31744, 3968, 3968, "256x192x64/s3") \
+    X(32768, 4096, 4096, "128x192x64/s5/c2")
+
+/* H200 measured: 2026-12-05, one H200, `gemm-lab --configs all --reps 10` on the 31 seed shapes at
  * W = 1, 2, 4, 8 and the 6 model shapes, configs 0-20 (docs/results/h200_2026-12-05c/lab_all.csv).
- * Configs within about 2% of each other are within the run's noise. That run grouped 8 row tiles
- * per L2 group (policy.c's GROUP_M, now 16): the picks wait for a run under the new grouping. */
-#define AGMM_GEMM_MEASURED(X) \
+ * That run grouped 8 row tiles per L2 group (policy.c's GROUP_M, now 16) and had no configs past
+ * 20: the picks wait for a run under the new grouping. */
+#define AGMM_GEMM_MEASURED_H200(X) \
     X(256, 256, 256, "64x192x64/s6/pp") \
     X(384, 384, 384, "64x128x64/s8") \
     X(512, 256, 256, "64x192x64/s6/pp") \
@@ -198,23 +344,54 @@
     X(31744, 3968, 3968, "256x128x64/s4/stk") \
     X(32768, 4096, 4096, "128x256x64/s4/sk")
 
-/* The cost model (policy.c, agmm_gemm_policy_model): X("config name", a, b, c) per config it may
- * choose. A run of the config costs waves x (a x BM x BN x K ps + b us) + c us, waves being its
- * tiles over the grid's CTAs, rounded up (a wave's multiply-adds, a wave's fixed cost, the run's);
- * the config of least cost is taken. A config with no row is chosen only by index (lab, tests) or
+/* The cost model (policy.c, agmm_gemm_policy_model), one table per device kind: X("config name", a,
+ * b, c) per config it may choose. A run of the config costs waves x (a x BM x BN x K ps + b us) +
+ * c us, waves being its tiles over the grid's CTAs, rounded up (a wave's multiply-adds, a wave's
+ * fixed cost, the run's); the config of least cost is taken. A config with no row is chosen only by index (lab, tests) or
  * from the measured table. The coefficients are a least-squares fit of every forced config's time
  * over a lab run's shapes, on the relative error, b or c dropped (0) where it would come out
  * negative: they rank configs, they are not a device's rates. To regenerate from the lab run that
  * makes the measured table:
- *     python3 bench/policy_loo.py lab.csv --fit-table
+ *     python3 bench/policy_loo.py lab.csv --fit-table --device H100   (or H200)
  * and paste its rows here; `python3 bench/policy_loo.py lab.csv --fit` then shows the cost model
  * as good as "fitted on all shapes", and cross-validated (each half of the shapes judged by a fit
  * on the other) how it does on shapes it was not fitted on.
- * Fitted: the run of the measured table (docs/results/h200_2026-12-05c/lab_all.csv; one H200,
- * GROUP_M 8). There, judged on the 130 shapes as if each were unmeasured, 1.097 of best cuBLAS
+ * H100 fitted: the run of the measured table (docs/results/h100_2026-12-06b/lab_all.csv; GROUP_M
+ * 16, configs 0-25). There, judged on the 130 shapes as if each were unmeasured, 1.101 of best
+ * cuBLAS (geomean, cross-validated), the oracle 1.090.
+ * H200 fitted: the run of the measured table (docs/results/h200_2026-12-05c/lab_all.csv; GROUP_M
+ * 8). There, judged on the 130 shapes as if each were unmeasured, 1.097 of best cuBLAS
  * (geomean, cross-validated) where the model before the fits (waves x BM x BN / a guessed rate,
  * five configs) gave 1.124; the oracle 1.086 (docs/results, seventeenth session). */
-#define AGMM_GEMM_FITTED(X) \
+#define AGMM_GEMM_FITTED_H100(X) \
+    X("128x256x64/s4", 0.3408, 2.330, 4.015) \
+    X("128x128x64/s6", 0.4575, 0.000, 5.270) \
+    X("128x64x64/s8", 0.7122, 0.000, 4.866) \
+    X("128x256x64/s4/c2", 0.3439, 0.720, 6.734) \
+    X("128x128x64/s6/c2", 0.3856, 0.081, 7.257) \
+    X("128x192x64/s5", 0.3802, 0.601, 5.273) \
+    X("256x128x64/s4", 0.3467, 1.915, 4.671) \
+    X("64x256x64/s5", 0.5799, 0.000, 4.122) \
+    X("64x128x64/s8", 0.6839, 0.000, 4.643) \
+    X("128x256x64/s4/sk", 0.3455, 1.283, 6.687) \
+    X("128x128x64/s6/pp", 0.4473, 0.000, 5.652) \
+    X("64x256x64/s5/pp", 0.5762, 0.000, 4.535) \
+    X("64x128x64/s8/pp", 0.6989, 0.000, 4.637) \
+    X("64x192x64/s6/pp", 0.6378, 0.000, 4.366) \
+    X("128x256x64/s4/stk", 0.3556, 1.796, 4.796) \
+    X("256x128x64/s4/stk", 0.3545, 1.764, 5.079) \
+    X("128x128x64/s6/stk", 0.4642, 0.000, 5.735) \
+    X("256x192x64/s3", 0.3256, 5.168, 1.956) \
+    X("256x192x64/s3/stk", 0.3386, 5.873, 2.492) \
+    X("192x192x64/s4", 0.3332, 2.943, 4.109) \
+    X("192x192x64/s4/stk", 0.3394, 2.827, 4.638) \
+    X("128x144x64/s6/c2", 0.3814, 0.414, 7.634) \
+    X("128x160x64/s5/c2", 0.3691, 0.419, 7.336) \
+    X("128x176x64/s5/c2", 0.3647, 0.351, 7.432) \
+    X("128x192x64/s5/c2", 0.3555, 0.000, 7.372) \
+    X("128x112x64/s6/c2", 0.4362, 0.253, 7.174)
+
+#define AGMM_GEMM_FITTED_H200(X) \
     X("128x256x64/s4", 0.3436, 1.174, 4.758) \
     X("128x128x64/s6", 0.4167, 0.000, 5.320) \
     X("128x64x64/s8", 0.5977, 0.000, 5.166) \

@@ -113,6 +113,10 @@ typedef struct {
                            * GPU, else the cost model: policy.h) */
 } agmm_gemm_desc;
 
+/* The current device's kind, whose policy tables a plan takes (policy.h, agmm_gemm_device_kind:
+ * from its memory); the H100's where its memory cannot be read. */
+agmm_gemm_device agmm_gemm_current_device(void);
+
 /* Validates desc, picks a tile config, encodes the TMA descriptors of the given pointers and
  * sets the kernel's shared-memory limit (split-tail configs: also allocates their workspace; pull
  * mode: its map slots and counters). Not collective; no stream work; host-blocking only for

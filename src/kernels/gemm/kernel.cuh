@@ -99,7 +99,8 @@ template <int BM, int BN, int ST, int WGN, int B_MN, int CL, int SK, int PP, tem
           template <class> class Epi = gemm_epilogue_of>
 inline agmm_gemm_kernel gemm_kernel_row()
 {
-    if constexpr (B_MN && (PP ? BN : BN / WGN) % 64 != 0) { /* gemm_cfg's WN */
+    /* gemm_cfg's WN, and a pair's halves of B, in row-major B's 64-column boxes */
+    if constexpr (B_MN && ((PP ? BN : BN / WGN) % 64 != 0 || (CL == 2 && BN % 128 != 0))) {
         return agmm_gemm_kernel{NULL, 0};
     } else {
         using Cfg = gemm_cfg<BM, BN, ST, WGN, B_MN, CL, SK, PP>;

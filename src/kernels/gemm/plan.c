@@ -124,6 +124,10 @@ static void launch_config(const agmm_gemm_plan *pl, cudaLaunchConfig_t *cfg, cud
     cfg->blockDim = (dim3){GEMM_THREADS, 1, 1};
     cfg->dynamicSmemBytes = pl->kernel->smem_bytes;
     cfg->stream = stream;
+    /* A cluster attribute only for pairs: launched with clusters of one, the engine ran 1% slower on
+     * the mid and large shapes (docs/results, seventeenth session). */
+    if (pl->config->cluster == 1)
+        return;
     attr->id = cudaLaunchAttributeClusterDimension;
     attr->val.clusterDim.x = (unsigned)pl->config->cluster;
     attr->val.clusterDim.y = 1;
@@ -303,6 +307,13 @@ static agmm_status pair_grid(agmm_gemm_plan *pl, int budget, agmm_error *err)
     return AGMM_SUCCESS;
 }
 
+agmm_gemm_device agmm_gemm_current_device(void)
+{
+    size_t free_bytes = 0, total_bytes = 0;
+    return cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess ? agmm_gemm_device_kind(total_bytes)
+                                                                     : AGMM_GEMM_H100;
+}
+
 agmm_status agmm_gemm_plan_create(agmm_gemm_plan **out, const agmm_gemm_desc *d, agmm_error *err)
 {
     agmm_status st = AGMM_SUCCESS;
@@ -326,7 +337,8 @@ agmm_status agmm_gemm_plan_create(agmm_gemm_plan **out, const agmm_gemm_desc *d,
     const int sc = d->scatter.on;
     const agmm_gemm_problem pb = {.m = d->m, .n = d->n, .k = d->k, .nranks = sc ? 1 : d->nranks,
                                   .rank = sc ? 0 : d->rank, .splits = d->splits, .ctas = budget, .sms = sms,
-                                  .b_row_major = d->b_layout == AGMM_LAYOUT_ROW_MAJOR};
+                                  .b_row_major = d->b_layout == AGMM_LAYOUT_ROW_MAJOR,
+                                  .device = agmm_gemm_current_device()};
     const int config = d->config >= 0 ? d->config : sc ? agmm_gemm_scatter_config(agmm_gemm_policy_choose(&pb))
                                                        : agmm_gemm_policy_choose(&pb);
     pl->config = agmm_gemm_config_at(config);

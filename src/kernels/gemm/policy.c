@@ -26,12 +26,16 @@ typedef struct {
     const char *name;
 } measured_row;
 #define MEASURED_ROW(rows, n, k, name) {rows, n, k, name},
-static const measured_row k_measured[] = {AGMM_GEMM_MEASURED(MEASURED_ROW){0, 0, 0, NULL}};
+static const measured_row k_measured_h100[] = {AGMM_GEMM_MEASURED_H100(MEASURED_ROW){0, 0, 0, NULL}};
+static const measured_row k_measured_h200[] = {AGMM_GEMM_MEASURED_H200(MEASURED_ROW){0, 0, 0, NULL}};
 #undef MEASURED_ROW
+static const measured_row *const k_measured[AGMM_GEMM_DEVICE_KINDS] = {k_measured_h100, k_measured_h200};
 
 #define FITTED_ROW(name, a, b, c) {name, a, b, c},
-static const agmm_gemm_fit k_fitted[] = {AGMM_GEMM_FITTED(FITTED_ROW){NULL, 0, 0, 0}};
+static const agmm_gemm_fit k_fitted_h100[] = {AGMM_GEMM_FITTED_H100(FITTED_ROW){NULL, 0, 0, 0}};
+static const agmm_gemm_fit k_fitted_h200[] = {AGMM_GEMM_FITTED_H200(FITTED_ROW){NULL, 0, 0, 0}};
 #undef FITTED_ROW
+static const agmm_gemm_fit *const k_fitted[AGMM_GEMM_DEVICE_KINDS] = {k_fitted_h100, k_fitted_h200};
 
 int agmm_gemm_num_configs(void)
 {
@@ -63,7 +67,9 @@ int agmm_gemm_consumer_cols(const agmm_gemm_config *c)
 
 int agmm_gemm_config_takes(const agmm_gemm_config *c, int b_row_major)
 {
-    return c != NULL && (!b_row_major || agmm_gemm_consumer_cols(c) % 64 == 0);
+    /* Row-major B comes in 64-column boxes: whole boxes per consumer, and per CTA of a pair. */
+    return c != NULL &&
+           (!b_row_major || (agmm_gemm_consumer_cols(c) % 64 == 0 && (c->cluster == 1 || c->bn % 128 == 0)));
 }
 
 void agmm_gemm_sched_fill(agmm_sched *s, const agmm_gemm_problem *pb, const agmm_gemm_config *c)
@@ -80,10 +86,17 @@ void agmm_gemm_sched_fill(agmm_sched *s, const agmm_gemm_problem *pb, const agmm
     agmm_sched_init(s);
 }
 
-const agmm_gemm_fit *agmm_gemm_config_fit(int config)
+agmm_gemm_device agmm_gemm_device_kind(uint64_t mem_bytes)
+{
+    return mem_bytes >= (100ull << 30) ? AGMM_GEMM_H200 : AGMM_GEMM_H100;
+}
+
+const agmm_gemm_fit *agmm_gemm_config_fit(agmm_gemm_device device, int config)
 {
     const char *name = agmm_gemm_config_name(config);
-    for (const agmm_gemm_fit *f = k_fitted; f->name; f++)
+    if ((unsigned)device >= AGMM_GEMM_DEVICE_KINDS)
+        return NULL;
+    for (const agmm_gemm_fit *f = k_fitted[device]; f->name; f++)
         if (!strcmp(f->name, name))
             return f;
     return NULL;
@@ -95,7 +108,7 @@ int agmm_gemm_policy_model(const agmm_gemm_problem *pb)
     double best_cost = 0;
     for (int c = 0; c < NUM_CONFIGS; c++) {
         const agmm_gemm_config *tc = &k_configs[c];
-        const agmm_gemm_fit *f = agmm_gemm_config_fit(c);
+        const agmm_gemm_fit *f = agmm_gemm_config_fit(pb->device, c);
         if (!f || (tc->cluster == 2 && pb->ctas < 2) || !agmm_gemm_config_takes(tc, pb->b_row_major))
             continue;
         agmm_sched s;
@@ -113,12 +126,12 @@ int agmm_gemm_policy_model(const agmm_gemm_problem *pb)
 
 int agmm_gemm_policy_measured(const agmm_gemm_problem *pb)
 {
-    if (pb->ctas < pb->sms - 1)
+    if (pb->ctas < pb->sms - 1 || (unsigned)pb->device >= AGMM_GEMM_DEVICE_KINDS)
         return -1;
     const double rows = (double)(pb->nranks * pb->m), n = (double)pb->n, k = (double)pb->k;
     const measured_row *best = NULL;
     double best_dist = AGMM_GEMM_MEASURED_RADIUS;
-    for (const measured_row *r = k_measured; r->name; r++) {
+    for (const measured_row *r = k_measured[pb->device]; r->name; r++) {
         const double dist = fabs(log2(rows / r->rows)) + fabs(log2(n / r->n)) + fabs(log2(k / r->k));
         if (dist <= best_dist) {
             best = r;

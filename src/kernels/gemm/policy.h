@@ -20,6 +20,11 @@ typedef struct {
     const char *name;
 } agmm_gemm_config;
 
+/* The device kinds the policy's tables were measured on (gemm_configs.h): Hopper with HBM3 (H100
+ * SXM, 80 GB) and with HBM3e (H200, 141 GB). Same SMs, other memory and clocks: a config's rank
+ * among the others moves between them. */
+typedef enum { AGMM_GEMM_H100 = 0, AGMM_GEMM_H200 = 1, AGMM_GEMM_DEVICE_KINDS } agmm_gemm_device;
+
 /* What the policy decides from: the engine's schedule (core/schedule.h) and the grid it may have. */
 typedef struct {
     int64_t m;  /* rows per rank */
@@ -28,7 +33,12 @@ typedef struct {
     int ctas;   /* the SM budget: CTAs the persistent grid may take */
     int sms;    /* the device's SMs */
     int b_row_major; /* B is row-major (K x N): only configs that take it (agmm_gemm_config_takes) */
+    agmm_gemm_device device; /* whose tables (agmm_gemm_device_kind) */
 } agmm_gemm_problem;
+
+/* The kind whose tables a device with `mem_bytes` of memory takes: H200 from 100 GiB up (the HBM3e
+ * parts: H200, GH200 144 GB), else H100 (H100 SXM and PCIe, H100 NVL, GH200 96 GB). */
+agmm_gemm_device agmm_gemm_device_kind(uint64_t mem_bytes);
 
 /* The configs, in gemm_configs.h's order (their index is agmm_gemm_desc.config). */
 int agmm_gemm_num_configs(void);
@@ -39,8 +49,8 @@ const char *agmm_gemm_config_name(int config);
 /* The index of the config called `name`, or -1. */
 int agmm_gemm_config_find(const char *name);
 /* 1 where config c runs with B in that layout: row-major B comes in 64-column boxes, so a config
- * whose consumers' width is not a multiple of 64 (192 x 192's 96) takes column-major B only
- * (config.cuh). */
+ * whose consumers' width is not a multiple of 64 (192 x 192's 96), or a B-multicast pair whose
+ * halves are not (128 x 144's 72 columns), takes column-major B only (config.cuh). */
 int agmm_gemm_config_takes(const agmm_gemm_config *c, int b_row_major);
 /* The columns of c's tile each consumer warpgroup computes (config.cuh's WN). */
 int agmm_gemm_consumer_cols(const agmm_gemm_config *c);
@@ -48,8 +58,8 @@ int agmm_gemm_consumer_cols(const agmm_gemm_config *c);
 /* The schedule of pb's problem in tiles of config c (group_m: the policy's L2 grouping). */
 void agmm_gemm_sched_fill(agmm_sched *s, const agmm_gemm_problem *pb, const agmm_gemm_config *c);
 
-/* A config's cost model coefficients (gemm_configs.h's AGMM_GEMM_FITTED): a run of it costs
- * waves x (a_ps x BM x BN x K + b_us) + c_us. */
+/* A config's cost model coefficients on one device kind (gemm_configs.h's AGMM_GEMM_FITTED_*): a
+ * run of it costs waves x (a_ps x BM x BN x K + b_us) + c_us. */
 typedef struct {
     const char *name;
     double a_ps; /* picoseconds per multiply-add of a wave's tile */
@@ -57,14 +67,16 @@ typedef struct {
     double c_us; /* the run's, microseconds */
 } agmm_gemm_fit;
 
-/* The cost model's config: of the configs with coefficients, the one of least cost (of equal costs
- * the earlier), skipping cluster configs below 2 CTAs and configs that do not take pb's B layout. */
+/* The cost model's config: of the configs with coefficients on pb's device kind, the one of least
+ * cost (of equal costs the earlier), skipping cluster configs below 2 CTAs and configs that do not
+ * take pb's B layout. */
 int agmm_gemm_policy_model(const agmm_gemm_problem *pb);
-/* Config `config`'s coefficients, or NULL where AGMM_GEMM_FITTED has no row for it. */
-const agmm_gemm_fit *agmm_gemm_config_fit(int config);
-/* The measured table's config (gemm_configs.h): that of the nearest measured shape within
- * AGMM_GEMM_MEASURED_RADIUS, when the plan has the whole GPU as when it was measured (or all but
- * the one SM that fused leaves free) and the config takes pb's B layout; -1 when none applies. */
+/* Config `config`'s coefficients on `device`, or NULL where its table has no row for it. */
+const agmm_gemm_fit *agmm_gemm_config_fit(agmm_gemm_device device, int config);
+/* The measured table's config (gemm_configs.h, pb's device kind): that of the nearest measured
+ * shape within AGMM_GEMM_MEASURED_RADIUS, when the plan has the whole GPU as when it was measured
+ * (or all but the one SM that fused leaves free) and the config takes pb's B layout; -1 when none
+ * applies. */
 int agmm_gemm_policy_measured(const agmm_gemm_problem *pb);
 /* The policy: measured, else the model. */
 int agmm_gemm_policy_choose(const agmm_gemm_problem *pb);
