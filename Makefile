@@ -59,8 +59,10 @@ SOAK_C     := tests/soak.c tests/soak_ops.c tests/soak_dev.c tests/arn_check.c t
 BENCH_C    := $(wildcard tools/*.c)
 
 .PHONY: all test gputest clean install uninstall
+# With CUDA, the GPU tests and the GEMM lab too (bench/lab.mk), so that neither is ever older than
+# the library it tests.
 all: $(BUILD)/agmm-bench $(BUILD)/agmm-test $(BUILD)/agmm-proctest $(BUILD)/agmm-soak $(BUILD)/libagmm.so \
-     $(if $(filter 1,$(CUDA)),$(BUILD)/agmm-gputest)
+     $(if $(filter 1,$(CUDA)),$(BUILD)/agmm-gputest $(BUILD)/gemm-lab)
 
 $(BUILD)/libagmm.a: $(LIB_OBJ)
 	@mkdir -p $(@D)
