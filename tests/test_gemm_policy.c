@@ -174,7 +174,7 @@ void test_gemm_policy_measured(void)
 
 void test_gemm_policy_model(void)
 {
-    /* Worked out from gemm_configs.h's AGMM_GEMM_FITTED (regenerating it may move them): a run costs
+    /* Worked out from gemm_configs.h's AGMM_GEMM_FITTED_H200 (regenerating it may move them): a run costs
      * waves x (a x BM x BN x K ps + b us) + c us, on 132 CTAs.
      * W = 8, M = 256 (2048 x 256 x 256): one wave whatever the tile; 64 x 128's 5.96 us against its
      * ping-pong twin's 5.98 and 64 x 192's 6.27. */
