@@ -667,7 +667,7 @@ int main(int argc, char **argv)
     /* Whose tables the engine's policy takes on this device (policy.h's device kinds), and how many
      * configs this build has: what tells two builds' labs apart in their logs. */
     printf("# engine policy: the %s tables (%.1f GiB of device memory); %d tile configs\n",
-           agmm_gemm_current_device() == AGMM_GEMM_H200 ? "H200" : "H100", (double)prop.totalGlobalMem / (1 << 30),
+           agmm_gemm_device_name(agmm_gemm_current_device()), (double)prop.totalGlobalMem / (1 << 30),
            agmm_gemm_num_configs());
     if (o.max_ctas > 0 || o.engine_only)
         printf("# engine: at most %d CTAs (--max-ctas)%s\n", o.max_ctas > 0 ? o.max_ctas : prop.multiProcessorCount,

@@ -102,7 +102,6 @@ static const measured k_rows_h100[] = {AGMM_GEMM_MEASURED_H100(MEASURED_ROW){0, 
 static const measured k_rows_h200[] = {AGMM_GEMM_MEASURED_H200(MEASURED_ROW){0, 0, 0, NULL}};
 #undef MEASURED_ROW
 static const measured *const k_rows[AGMM_GEMM_DEVICE_KINDS] = {k_rows_h100, k_rows_h200};
-static const char *const k_device_names[AGMM_GEMM_DEVICE_KINDS] = {"H100", "H200"};
 
 /* One device kind's measured table: every name a config, every shape picking its own config. */
 static void check_measured(agmm_gemm_device device)
@@ -127,10 +126,10 @@ static void check_measured(agmm_gemm_device device)
                      agmm_gemm_config_name(got), r->name);
     }
     agmm_check(n > 0 && missing == 0, "gemm policy: all %d names of the %s measured table are configs%s", n,
-               k_device_names[device], first_missing);
+               agmm_gemm_device_name(device), first_missing);
     agmm_check(wrong == 0,
                "gemm policy: each of the %d shapes of the %s measured table picks its own config with the whole GPU%s",
-               n, k_device_names[device], first_wrong);
+               n, agmm_gemm_device_name(device), first_wrong);
 }
 
 void test_gemm_policy_measured(void)
@@ -225,8 +224,9 @@ void test_gemm_policy_model(void)
                     const int c = agmm_gemm_policy_model(&pb);
                     const agmm_gemm_config *tc = agmm_gemm_config_at(c);
                     if ((!tc || !agmm_gemm_config_fit(pb.device, c) || (tc->cluster == 2 && ctas < 2)) && bad++ == 0)
-                        snprintf(first, sizeof first, " (first: %s m=%lld n=k=%lld ctas=%d: %s)", k_device_names[d],
-                                 (long long)m, (long long)nk, ctas, tc ? tc->name : "none");
+                        snprintf(first, sizeof first, " (first: %s m=%lld n=k=%lld ctas=%d: %s)",
+                                 agmm_gemm_device_name(pb.device), (long long)m, (long long)nk, ctas,
+                                 tc ? tc->name : "none");
                 }
     agmm_check(bad == 0, "gemm policy: the cost model picks a config with coefficients on every shape and budget%s",
                first);

@@ -91,6 +91,11 @@ agmm_gemm_device agmm_gemm_device_kind(uint64_t mem_bytes)
     return mem_bytes >= (100ull << 30) ? AGMM_GEMM_H200 : AGMM_GEMM_H100;
 }
 
+const char *agmm_gemm_device_name(agmm_gemm_device device)
+{
+    return device == AGMM_GEMM_H100 ? "H100" : device == AGMM_GEMM_H200 ? "H200" : "?";
+}
+
 const agmm_gemm_fit *agmm_gemm_config_fit(agmm_gemm_device device, int config)
 {
     const char *name = agmm_gemm_config_name(config);

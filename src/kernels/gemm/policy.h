@@ -39,6 +39,8 @@ typedef struct {
 /* The kind whose tables a device with `mem_bytes` of memory takes: H200 from 100 GiB up (the HBM3e
  * parts: H200, GH200 144 GB), else H100 (H100 SXM and PCIe, H100 NVL, GH200 96 GB). */
 agmm_gemm_device agmm_gemm_device_kind(uint64_t mem_bytes);
+/* "H100", "H200" (the suffix of the kind's tables in gemm_configs.h); "?" past the kinds. */
+const char *agmm_gemm_device_name(agmm_gemm_device device);
 
 /* The configs, in gemm_configs.h's order (their index is agmm_gemm_desc.config). */
 int agmm_gemm_num_configs(void);
