@@ -87,6 +87,26 @@ __device__ __forceinline__ void tma_store_3d(uint32_t src, const CUtensorMap *ma
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
 
+/* Stores one box from shared memory through a 2-D map (a bulk tensor store), uncommitted: the
+ * caller commits its stores as one bulk group (bulk_commit). */
+__device__ __forceinline__ void tma_store_2d(uint32_t src, const CUtensorMap *map, int c0, int c1)
+{
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(map), "r"(src),
+                 "r"(c0), "r"(c1)
+                 : "memory");
+}
+
+__device__ __forceinline__ void bulk_commit(void)
+{
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+/* This thread's shared-memory writes, before the async proxy (a bulk store) reads them. */
+__device__ __forceinline__ void fence_proxy_async_smem(void)
+{
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
 /* Waits until this thread's bulk stores have read their shared memory (READ = 1: the source may be
  * rewritten) or are complete (READ = 0). */
 template <int READ>

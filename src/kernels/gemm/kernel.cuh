@@ -34,9 +34,11 @@
 template <class Cfg, class Epi>
 struct smem_layout {
     static constexpr uint32_t ring_at = 0;
-    static constexpr uint32_t epilogue = (ring_at + ring_layout<Cfg>::end + 127u) & ~127u;
+    /* 1024-aligned: epi_store's pieces are 128B-swizzled boxes of C's tensor map. */
+    static constexpr uint32_t epilogue = (ring_at + ring_layout<Cfg>::end + 1023u) & ~1023u;
     static constexpr uint32_t end = epilogue + Epi::smem_bytes;
     static constexpr size_t total = end + 1024; /* + what aligning the base may skip */
+    static_assert(total <= EP_SMEM_LIMIT, "the ring and the epilogue's staging exceed sm_90's shared memory");
 };
 
 /* The epilogue a config gets: split-tail configs fix their split tiles up first. */
@@ -61,6 +63,8 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_ws_kernel(const __grid_c
         r.init();
         Src::prefetch(p);
         prefetch_map(&p.core.map_b);
+        if (p.core.c_tma)
+            prefetch_map(&p.core.map_c);
         if (Cfg::CL == 2 && !Cfg::B_MN)
             prefetch_map(&p.core.map_b_half);
     }

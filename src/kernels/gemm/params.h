@@ -34,9 +34,12 @@ typedef enum {
 typedef struct {
     CUtensorMap map_b;      /* col-major: dims {k, n}, box {64, BN}; row-major: {n, k}, box {64, 64} */
     CUtensorMap map_b_half; /* col-major B with clusters: box {64, BN/2}, each CTA's multicast half */
+    CUtensorMap map_c;      /* C for epi_store's bulk stores: dims {n, rows of C}, box {64, 16} (c_tma = 1) */
     agmm_sched sched;
     uint16_t *c;            /* bf16 out, row stride n */
     int64_t n;
+    int64_t c_rows;         /* rows of C: where a bulk store may run past a tile's last row */
+    int c_tma;              /* map_c is set: N % 8 == 0 (16-byte aligned rows), not scatter mode */
     int k_blocks;           /* ceil(k / 64); the K tail is zero-filled by TMA */
     uint64_t delay_ns;      /* test hook: each producer starts its loads this late (0: none) */
     int share_b;            /* clusters of 2: every pair of tiles shares its B tile (plan.c, pair_grid) */

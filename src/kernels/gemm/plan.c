@@ -193,7 +193,12 @@ agmm_status agmm_gemm_plan_set_ptrs(agmm_gemm_plan *pl, const void *a, const voi
         }
         d->b = b;
     }
-    if (c) {
+    if (c && c != d->c) {
+        /* epi_store's bulk stores: boxes of 16 rows x 64 columns; C's rows must be 16-byte aligned. */
+        core->c_tma = !d->scatter.on && d->n % 8 == 0;
+        if (core->c_tma)
+            AGMM_TRY(st, agmm_gemm_tma_matrix(pl, &core->map_c, c, (uint64_t)d->n, (uint64_t)a_rows(d), 64, 16, "C",
+                                              err));
         d->c = c;
         core->c = (uint16_t *)c;
     }
@@ -395,6 +400,7 @@ agmm_status agmm_gemm_plan_create(agmm_gemm_plan **out, const agmm_gemm_desc *d,
         goto fail;
     }
     p->n = d->n;
+    p->c_rows = a_rows(d);
     p->k_blocks = (int)((d->k + GEMM_BK - 1) / GEMM_BK);
     p->sk_first = pl->tiles;
     p->sk_split = 1;
