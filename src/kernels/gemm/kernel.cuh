@@ -6,7 +6,7 @@
  * Launch: grid = min(units, SM budget) persistent CTAs (even, in clusters of 2 for the /c2
  * configs); block = 384 threads = 3 warpgroups; dynamic smem = smem_layout below: the ring
  * (STAGES x (A BM x 64 + B BN x 64) bf16 + 2 x STAGES mbarriers), the epilogue's staging, and
- * 1 KB for alignment (192-224 KB in the configs of gemm_configs.h). One CTA per SM.
+ * 1 KB for alignment (192-226 KB in the configs of gemm_configs.h; at most 227 KB). One CTA per SM.
  * Roles (one if/else on the warpgroup index, so setmaxnreg applies):
  *   warpgroup 0: thread 0 is the producer (producer.cuh), in 56 registers; thread 32 runs the A
  *     source's side_thread (pull: raises the rank's ready word); the others idle to the end (a
