@@ -15,8 +15,9 @@
  *
  * Per shape: one untimed run of every variant on poisoned outputs (engine configs and cuBLASLt
  * algorithms alike compared with cuBLASLt's first algorithm on the device: relative Frobenius
- * error, NaN count), warm-ups, then --reps rounds in which every variant is timed once, each call
- * alone between CUDA events after a 256 MB L2 flush (cudaMemsetAsync), medians reported.
+ * error, NaN count), warm-ups, then --reps rounds in which every variant is timed once (each round
+ * starting one variant later), each call alone between CUDA events after a 256 MB L2 flush
+ * (cudaMemsetAsync), medians reported.
  *
  * Shapes: by default the seed's gathered GEMMs (W*M) x N x K with N = K = M, M in [--min, --max]
  * step --step, for each W in --w (default 1,2,4,8), then the model shapes (8192 gathered rows, TP8
@@ -345,10 +346,15 @@ static int run_shape(lab *L, const options *o, FILE *csv, const shape *s)
         for (int w = 0; w < o->warmup; w++)
             time_variant(L, o, &P, &v[i], i, 0);
     }
-    /* Round-robin over the variants, so clock and thermal drift hit them all alike. */
+    /* Round-robin over the variants, so clock and thermal drift hit them all alike; each round
+     * starts one variant later, so that no variant is always first: the first of a round ran 2.5-3.4%
+     * slower than the same kernel later in it on the shapes under 30 us (H100, 2026-12-06: the
+     * policy against its own config, docs/results, eighteenth session). */
     for (int r = 0; r < o->reps; r++)
-        for (int i = 0; i < timed; i++)
+        for (int j = 0; j < timed; j++) {
+            const int i = (j + r) % timed;
             time_variant(L, o, &P, &v[i], i, r);
+        }
     CHECK_CUDA(cudaDeviceSynchronize());
     float *mhz = (float *)malloc((size_t)o->reps * sizeof(float));
     for (int i = 0; i < nv; i++) {
