@@ -5,7 +5,8 @@ best cuBLAS = min(cuBLASLt-best of the lab, the lab's cublasGemmEx (CSVs since 2
 torch.matmul) per shape (the lab's alone when no torch CSV is given). Groups: the seed shapes per W,
 and the model shapes. Prints markdown: one summary table per engine variant the lab ran (config -1
 is the policy; "oracle" is the fastest variant per shape, what a perfect policy over these configs
-would get), then the per-shape table of the policy (or --config N).
+would get), the policy against the same kernel forced by index in the same run (where both ran:
+it should be ~1.00), then the per-shape table of the policy (or --config N).
 
     python3 bench/gemm_ratio.py lab.csv [torch.csv] [--config N] [--per-shape]
     python3 bench/gemm_ratio.py lab.csv --policy-table --device H100   # measured rows for gemm_configs.h
@@ -166,6 +167,29 @@ def print_per_shape(title, groups, torch_us):
                   f"**{ratio:.3f}** |")
 
 
+def print_self_check(lab):
+    """The policy against the very kernel it ran, forced by index in the same run (same config,
+    CTAs and tiles): the lab's noise and any cost of a variant's place in a round, which the same
+    kernel should not show. Buckets by the shape's cuBLASLt best time."""
+    pairs = []
+    for rows in lab.values():
+        pol = rows.get(-1)
+        if pol is None or not ok(pol):
+            continue
+        same = [r for c, r in rows.items() if c >= 0 and ok(r) and r["config"] == pol["config"]]
+        if same:
+            pairs.append((float(pol["lt_best_us"]), float(pol["engine_us"]) / float(same[0]["engine_us"])))
+    if not pairs:
+        return
+    print("\n### the policy / the same kernel forced by index, same run\n")
+    print("| shapes (cuBLASLt best) | shapes | geomean | min | max |")
+    print("|---|---|---|---|---|")
+    for lo, hi, name in ((0, 30, "under 30 us"), (30, math.inf, "30 us and over"), (0, math.inf, "all")):
+        r = [x for t, x in pairs if lo <= t < hi]
+        if r:
+            print(f"| {name} | {len(r)} | {geomean(r):.3f} | {min(r):.3f} | {max(r):.3f} |")
+
+
 def policy_table(lab, device):
     """The fastest correct engine config per measured shape, as rows of AGMM_GEMM_MEASURED_<device>."""
     print(f"#define AGMM_GEMM_MEASURED_{device}(X) \\")
@@ -262,6 +286,7 @@ def main():
         print_summary(f"config {c}: {names[c]}", summarise(lab, torch_us, c))
     if len(variants) > 1:
         print_summary("oracle: the fastest engine variant per shape", summarise(lab, torch_us, "oracle"))
+        print_self_check(lab)
     if args.per_shape:
         print_per_shape(f"config {args.config}", summarise(lab, torch_us, args.config), torch_us)
 
