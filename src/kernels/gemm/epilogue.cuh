@@ -41,14 +41,15 @@ __device__ __forceinline__ uint32_t ep_swz(int r, int c)
 }
 
 /* How many of a warp's P pieces per unit epi_store stages at once: all P where the ring leaves
- * room, else the fewest passes that fit. */
+ * room, else the fewest passes that fit, else one piece a pass (whether that fits, with a warp
+ * store's padded rows, smem_layout's static_assert says). */
 template <class Cfg>
 constexpr int ep_buf_pieces(int pieces)
 {
     const uint32_t at = (ring_layout<Cfg>::end + 1023u) & ~1023u;
     for (int passes = 1; passes < pieces; passes++) {
         const int buf = (pieces + passes - 1) / passes;
-        if (at + 8u * (uint32_t)(buf > 1 ? buf * EP_PIECE_BYTES : 3072) + 1024u <= EP_SMEM_LIMIT)
+        if (at + 8u * (uint32_t)buf * EP_PIECE_BYTES + 1024u <= EP_SMEM_LIMIT)
             return buf;
     }
     return 1;
