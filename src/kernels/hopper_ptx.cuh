@@ -77,6 +77,13 @@ __device__ __forceinline__ void mbar_arrive_remote(uint32_t bar, uint32_t cta)
                  : "memory");
 }
 
+/* Closes this thread's bulk stores issued since the last commit into one bulk group (what
+ * bulk_wait waits for). */
+__device__ __forceinline__ void bulk_commit(void)
+{
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
 /* Stores one tile from shared memory through a 3-D map (a bulk tensor store); the bulk group is
  * committed. */
 __device__ __forceinline__ void tma_store_3d(uint32_t src, const CUtensorMap *map, int c0, int c1, int c2)
@@ -84,7 +91,7 @@ __device__ __forceinline__ void tma_store_3d(uint32_t src, const CUtensorMap *ma
     asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(map),
                  "r"(src), "r"(c0), "r"(c1), "r"(c2)
                  : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    bulk_commit();
 }
 
 /* Stores one box from shared memory through a 2-D map (a bulk tensor store), uncommitted: the
@@ -94,11 +101,6 @@ __device__ __forceinline__ void tma_store_2d(uint32_t src, const CUtensorMap *ma
     asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(map), "r"(src),
                  "r"(c0), "r"(c1)
                  : "memory");
-}
-
-__device__ __forceinline__ void bulk_commit(void)
-{
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
 
 /* This thread's shared-memory writes, before the async proxy (a bulk store) reads them. */
