@@ -16,7 +16,7 @@
  * Per shape: one untimed run of every variant on poisoned outputs (engine configs and cuBLASLt
  * algorithms alike compared with cuBLASLt's first algorithm on the device: relative Frobenius
  * error, NaN count), warm-ups, then --reps rounds in which every variant is timed once (each round
- * starting one variant later), each call alone between CUDA events after a 256 MB L2 flush
+ * in its own shuffled order), each call alone between CUDA events after a 256 MB L2 flush
  * (cudaMemsetAsync), medians reported.
  *
  * Shapes: by default the seed's gathered GEMMs (W*M) x N x K with N = K = M, M in [--min, --max]
@@ -346,15 +346,26 @@ static int run_shape(lab *L, const options *o, FILE *csv, const shape *s)
         for (int w = 0; w < o->warmup; w++)
             time_variant(L, o, &P, &v[i], i, 0);
     }
-    /* Round-robin over the variants, so clock and thermal drift hit them all alike; each round
-     * starts one variant later, so that no variant is always first: the first of a round ran 2.5-3.4%
-     * slower than the same kernel later in it on the shapes under 30 us (H100, 2026-12-06: the
-     * policy against its own config, docs/results, eighteenth session). */
-    for (int r = 0; r < o->reps; r++)
-        for (int j = 0; j < timed; j++) {
-            const int i = (j + r) % timed;
-            time_variant(L, o, &P, &v[i], i, r);
+    /* Rounds over the variants, so clock and thermal drift hit them all alike, each round in its
+     * own order (a fixed-seed shuffle): a kernel right after itself runs faster (its code still in
+     * the SMs' instruction caches, which the L2 flush does not touch: H100, 2026-12-06, the policy
+     * 5% slower than the same kernel timed right after it on the shapes under 30 us, 5% faster
+     * timed right after it; docs/results, eighteenth session), so no variant may always follow
+     * the same one. */
+    int order[MAX_VARIANTS + MAX_LT + 1];
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    for (int r = 0; r < o->reps; r++) {
+        for (int j = 0; j < timed; j++)
+            order[j] = j;
+        for (int j = timed - 1; j > 0; j--) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            const int x = (int)((seed >> 33) % (uint64_t)(j + 1)), t = order[j];
+            order[j] = order[x];
+            order[x] = t;
         }
+        for (int j = 0; j < timed; j++)
+            time_variant(L, o, &P, &v[order[j]], order[j], r);
+    }
     CHECK_CUDA(cudaDeviceSynchronize());
     float *mhz = (float *)malloc((size_t)o->reps * sizeof(float));
     for (int i = 0; i < nv; i++) {

@@ -169,7 +169,8 @@ def print_per_shape(title, groups, torch_us):
 
 def print_self_check(lab):
     """The policy against the very kernel it ran, forced by index in the same run (same config,
-    CTAs and tiles): the lab's noise and any cost of a variant's place in a round, which the same
+    CTAs and tiles): the lab's noise, and what the order of the variants costs (a kernel timed right
+    after itself runs faster on small shapes: docs/results, eighteenth session), which the same
     kernel should not show. Buckets by the shape's cuBLASLt best time."""
     pairs = []
     for rows in lab.values():

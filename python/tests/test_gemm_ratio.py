@@ -1,8 +1,8 @@
 """bench/gemm_ratio.py's check of the lab against itself: the policy (config -1) against the very
 kernel it ran, forced by index in the same run. On a made-up run where the two took the same time
 it says 1.000, where the policy took 10% longer 1.100; on the committed H100 run of the eighteenth
-session (docs/results/h100_2026-12-06c) it shows the cost of being timed first in a round that
-docs/results records. From a checkout only (copied out of the repository, it skips, saying so)."""
+session (docs/results/h100_2026-12-06c) it shows what the fixed order of the variants cost there,
+as docs/results records. From a checkout only (copied out of the repository, it skips, saying so)."""
 import csv
 import os
 import re

@@ -32,12 +32,7 @@
  * MMA cycle where L2 gives ~40) and paired read 37-53; each CTA loads BN/2 rows of column-major B
  * (whole 8-row swizzle atoms for any width in 16s), row-major B only at 128-column multiples. On
  * an H100 they are the fastest config on 23 of the 130 lab shapes, and the fastest-per-shape
- * over all configs 0.4% faster with them (docs/results, seventeenth session). Config 26, 64 x 64 in
- * 12 stages (ping-pong: one consumer per tile, 32 accumulators), is for the shapes under ~10 us,
- * where cuBLASLt's fastest run 64 x 24 to 64 x 64 tiles on 2-8 times our CTAs: half of 64 x 128's
- * bytes per CTA, twice its CTAs (eighteenth session: built, not yet measured; no fitted row, so
- * only a forced or measured pick runs it). Which config runs a shape is the policy's (the two
- * tables below; docs/gemm_engine.md). */
+ * over all configs 0.4% faster with them (docs/results, seventeenth session). Which config runs a shape is the policy's (the two tables below; docs/gemm_engine.md). */
 #ifndef AGMM_KERNELS_GEMM_CONFIGS_H
 #define AGMM_KERNELS_GEMM_CONFIGS_H
 
@@ -67,8 +62,7 @@
     X(128, 160, 5, 1, 2, 0, 0, "128x160x64/s5/c2")  \
     X(128, 176, 5, 1, 2, 0, 0, "128x176x64/s5/c2")  \
     X(128, 192, 5, 1, 2, 0, 0, "128x192x64/s5/c2")  \
-    X(128, 112, 6, 1, 2, 0, 0, "128x112x64/s6/c2") \
-    X(64, 64, 12, 1, 1, 0, 1, "64x64x64/s12/pp")
+    X(128, 112, 6, 1, 2, 0, 0, "128x112x64/s6/c2")
 
 /* The measured policy, one table per device kind (policy.h's agmm_gemm_device): X(rows, n, k,
  * "config name") per measured shape, the fastest config there. A plan whose shape lies near one of
