@@ -347,8 +347,8 @@ static int run_shape(lab *L, const options *o, FILE *csv, const shape *s)
             time_variant(L, o, &P, &v[i], i, 0);
     }
     /* Rounds over the variants, so clock and thermal drift hit them all alike, each round in its
-     * own order (a fixed-seed shuffle): a kernel right after itself runs faster (its code still in
-     * the SMs' instruction caches, which the L2 flush does not touch: H100, 2026-12-06, the policy
+     * own order (a fixed-seed shuffle): a kernel right after itself runs faster (most likely its
+     * code still in the SMs' instruction caches, which the L2 flush does not touch: H100, 2026-12-06, the policy
      * 5% slower than the same kernel timed right after it on the shapes under 30 us, 5% faster
      * timed right after it; docs/results, eighteenth session), so no variant may always follow
      * the same one. */
