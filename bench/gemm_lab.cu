@@ -347,11 +347,11 @@ static int run_shape(lab *L, const options *o, FILE *csv, const shape *s)
             time_variant(L, o, &P, &v[i], i, 0);
     }
     /* Rounds over the variants, so clock and thermal drift hit them all alike, each round in its
-     * own order (a fixed-seed shuffle): a kernel right after itself runs faster (most likely its
-     * code still in the SMs' instruction caches, which the L2 flush does not touch: H100, 2026-12-06, the policy
-     * 5% slower than the same kernel timed right after it on the shapes under 30 us, 5% faster
-     * timed right after it; docs/results, eighteenth session), so no variant may always follow
-     * the same one. */
+     * own order (a fixed-seed shuffle), so that no variant always follows the same one: a kernel
+     * timed right after itself ran ~5% faster on the shapes under 30 us (H100, 2026-12-06: the
+     * policy 1.055x the same kernel forced by index when timed just before it, 0.949x just after;
+     * most likely its code still in the SMs' instruction caches, which the L2 flush does not
+     * touch; docs/results, eighteenth session). */
     int order[MAX_VARIANTS + MAX_LT + 1];
     uint64_t seed = 0x9e3779b97f4a7c15ull;
     for (int r = 0; r < o->reps; r++) {
