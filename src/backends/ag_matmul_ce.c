@@ -244,7 +244,7 @@ fail:
     return st;
 }
 
-static const agmm_gather_gpu_hooks ce_hooks = {gpu_start, gpu_landed};
+static const agmm_gather_gpu_hooks ce_hooks = {gpu_start, gpu_landed, 0};
 
 static agmm_status gpu_run(agmm_plan *plan, const void *io, void *stream)
 {

@@ -6,7 +6,9 @@
  *
  * GPU: the GEMM is the persistent engine of src/kernels/gemm/ (its chunk-flag A source), launched
  * on S as the skeleton's start hook; its producer waits (acquire, bounded by the world's timeout)
- * until flags[chunk] >= 1. The
+ * until flags[chunk] >= 1. The GEMM also copies the local shard into the gathered A (the engine's
+ * copy_local: idle warps of every CTA, while it computes), so the copy engine carries only peers'
+ * chunks, and at W = 1 the run is the GEMM alone on S. The
  * landed hook raises the chunk's flag to 1 on the copy stream C with cuStreamWriteValue32, whose
  * default memory barrier orders the copied bytes before the flag (a one-thread release kernel
  * where the driver lacks stream memory operations).
@@ -214,10 +216,11 @@ static agmm_status engine_plan(agmm_plan *plan, fused_gpu *x, int config, agmm_g
         .nranks = ri->nranks,
         .rank = ri->rank,
         .splits = md->splits,
-        .chunk_flags = ri->nranks > 1 ? x->flags : NULL,
+        .chunk_flags = x->flags, /* at W = 1 no tile waits; the chunk-flag kernel copies the shard */
         .dev_error = g->err_dev,
         .timeout_ns = g->timeout_ns,
         .max_ctas = gemm_ctas(plan->ctx),
+        .copy_local = 1,
         .config = config,
     };
     return agmm_gemm_plan_create(out, &d, agmm_ctx_err(plan->ctx));
@@ -273,7 +276,7 @@ fail:
     return st;
 }
 
-static const agmm_gather_gpu_hooks fused_hooks = {gpu_start, gpu_landed};
+static const agmm_gather_gpu_hooks fused_hooks = {gpu_start, gpu_landed, 1};
 
 static agmm_status gpu_run(agmm_plan *plan, const void *vio, void *stream)
 {

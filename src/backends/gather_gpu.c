@@ -7,9 +7,12 @@
  *      persistent GEMM can hold them all)
  *   C: for src = rank+1, rank+2, ...: for each chunk of src: copy the peer's rows into the
  *      gathered A; hooks->landed
- *   C: the local shard into its rows of the gathered A (overlaps the last GEMMs; nobody waits)
+ *   C: the local shard into its rows of the gathered A (overlaps the last GEMMs; nobody waits),
+ *      unless start's work copies it (hooks->copies_local)
  *   C: closing barrier (no rank overwrites its shard while a peer may still read it)  [W > 1]
  *   C: record ev_done; S: wait ev_done (the caller's stream is after all of it)
+ *
+ * At W = 1 with copies_local, C has nothing to do: the run is start's work on S alone.
  *
  * Cross-rank waits are only the two barriers, bounded kernels on C. */
 #ifdef AGMM_HAVE_CUDA
@@ -51,6 +54,10 @@ agmm_status agmm_gather_gpu_run(agmm_plan *plan, agmm_gather_gpu *g, const agmm_
     const size_t a_row = (size_t)d->k * 2;
     char *ag = io->a_gathered;
 
+    if (ri->nranks == 1 && hooks->copies_local) {
+        AGMM_TRY(st, hooks->start(plan, io, s, arg));
+        return agmm_gpu_note_run(ctx, s);
+    }
     AGMM_CUDA_TRY(st, err, cudaEventRecord(g->ev_in, s));
     AGMM_CUDA_TRY(st, err, cudaStreamWaitEvent(c, g->ev_in, 0));
     AGMM_TRY(st, agmm_symm_barrier_stream(ctx, c));
@@ -71,8 +78,9 @@ agmm_status agmm_gather_gpu_run(agmm_plan *plan, agmm_gather_gpu *g, const agmm_
             AGMM_TRY(st, hooks->landed(plan, io, chunk, row0, rows, s, c, arg));
         }
     }
-    AGMM_CUDA_TRY(st, err, cudaMemcpyAsync(ag + (size_t)(ri->rank * d->m) * a_row, agmm_plan_in(plan),
-                                           (size_t)d->m * a_row, cudaMemcpyDeviceToDevice, c));
+    if (!hooks->copies_local)
+        AGMM_CUDA_TRY(st, err, cudaMemcpyAsync(ag + (size_t)(ri->rank * d->m) * a_row, agmm_plan_in(plan),
+                                               (size_t)d->m * a_row, cudaMemcpyDeviceToDevice, c));
     AGMM_TRY(st, agmm_symm_barrier_stream(ctx, c));
     AGMM_CUDA_TRY(st, err, cudaEventRecord(g->ev_done, c));
     AGMM_CUDA_TRY(st, err, cudaStreamWaitEvent(s, g->ev_done, 0));

@@ -262,11 +262,12 @@ static void test_hooks(pools *p, int64_t k, int max_ctas, int all_cases)
     const int64_t m = 1000, n = 264, rows = W * m;
     const uint32_t epoch = 7;  /* the value the flags must reach (fused raises 1) */
     const int nflags = W * splits; /* and one more word: the engine's count, zero between runs */
-    uint16_t *h_gathered = malloc((size_t)(rows * k) * 2);
+    uint16_t *h_gathered = malloc((size_t)(rows * k) * 2), *h_gathered_back = malloc((size_t)(rows * k) * 2);
     void *d_gathered = NULL, *d_flags = NULL;
     agmm_dev_error *h_err = NULL, *d_err = NULL;
     uint32_t *h_flags_mapped = NULL, *d_flags_mapped = NULL;
-    if (!h_gathered || !cuda_ok(cudaMalloc(&d_gathered, (size_t)(rows * k) * 2), "cudaMalloc gathered") ||
+    if (!h_gathered || !h_gathered_back ||
+        !cuda_ok(cudaMalloc(&d_gathered, (size_t)(rows * k) * 2), "cudaMalloc gathered") ||
         !cuda_ok(cudaMalloc(&d_flags, (nflags + 1) * 4), "cudaMalloc flags") ||
         !cuda_ok(cudaHostAlloc((void **)&h_err, sizeof *h_err, cudaHostAllocMapped), "cudaHostAlloc err") ||
         !cuda_ok(cudaHostGetDevicePointer((void **)&d_err, h_err, 0), "err device pointer") ||
@@ -301,9 +302,12 @@ static void test_hooks(pools *p, int64_t k, int max_ctas, int all_cases)
     d.timeout_ns = 20 * 1000 * 1000;
     d.max_ctas = max_ctas;
     d.config = -1;
+    d.copy_local = 1;
 
     for (int c = -1; c < agmm_gemm_num_configs(); c++) {
-        /* (a) flags raised before launch, local tiles from the shard: right answer, no error. */
+        /* (a) flags raised before launch, local tiles from the shard: right answer, no error; and
+         * the shard copied into its poisoned block of the gathered A (copy_local), nothing else
+         * of it touched. */
         d.config = c;
         agmm_error err = {0};
         agmm_gemm_plan *plan = NULL;
@@ -316,23 +320,29 @@ static void test_hooks(pools *p, int64_t k, int max_ctas, int all_cases)
             flags[i] = epoch + (uint32_t)(i % 3); /* >= epoch: ready (some ahead) */
         memset(h_err, 0, sizeof *h_err);
         int ok = cuda_ok(cudaMemcpy(d_flags, flags, (nflags + 1) * 4, cudaMemcpyHostToDevice), "flags") &&
+                 cuda_ok(cudaMemcpy(d_gathered, h_gathered, (size_t)(rows * k) * 2, cudaMemcpyHostToDevice),
+                         "re-poison") &&
                  poison(p->d_c, (size_t)(rows * n)) && agmm_gemm_run(plan, epoch, 0, &err) == AGMM_SUCCESS &&
                  cuda_ok(cudaDeviceSynchronize(), "run") &&
                  cuda_ok(cudaMemcpy(p->h_c, p->d_c, (size_t)(rows * n) * 2, cudaMemcpyDeviceToHost), "download") &&
-                 cuda_ok(cudaMemcpy(after, d_flags, (nflags + 1) * 4, cudaMemcpyDeviceToHost), "flags back");
+                 cuda_ok(cudaMemcpy(after, d_flags, (nflags + 1) * 4, cudaMemcpyDeviceToHost), "flags back") &&
+                 cuda_ok(cudaMemcpy(h_gathered_back, d_gathered, (size_t)(rows * k) * 2, cudaMemcpyDeviceToHost),
+                         "gathered back");
         int reset = 1;
         for (int i = 0; ok && i <= nflags; i++)
             reset &= after[i] == 0;
+        const int copied = ok && memcmp(h_gathered_back, p->h_a, (size_t)(rows * k) * 2) == 0;
         int64_t nans = 0;
         double rel = ok ? check_c(p->h_a, p->h_b, d.b_layout, p->h_c, rows, n, k, rows, &nans) : NAN;
         const char *desc = agmm_gemm_plan_describe(plan);
         const int split_expected = k > 1000 && strstr(agmm_gemm_config_name(c), "/sk");
-        agmm_check(ok && nans == 0 && rel <= TOL && h_err->code == AGMM_DEV_OK && reset &&
+        agmm_check(ok && nans == 0 && rel <= TOL && h_err->code == AGMM_DEV_OK && reset && copied &&
                        (!split_expected || (strstr(desc, "split=") && !strstr(desc, "split=0x"))),
                    "gemm_engine hooks W=%d rank=%d m=%lld k=%lld splits=%d [%s]: local tiles from the shard, flags "
-                   "raised before launch: rel=%.2e nans=%lld err=%u, flags and count back to 0 after the run: %s",
+                   "raised before launch: rel=%.2e nans=%lld err=%u, flags and count back to 0 after the run: %s, "
+                   "the shard copied into its block of the gathered A and nothing else written there: %s",
                    W, rank, (long long)m, (long long)k, splits, desc, rel, (long long)nans, h_err->code,
-                   reset ? "yes" : "NO");
+                   reset ? "yes" : "NO", copied ? "yes" : "NO");
         agmm_gemm_plan_destroy(plan);
     }
     if (!all_cases)
@@ -343,6 +353,7 @@ static void test_hooks(pools *p, int64_t k, int max_ctas, int all_cases)
         d.config = -1;
         d.a = p->d_a;
         d.a_local = NULL;
+        d.copy_local = 0;
         agmm_error err = {0};
         agmm_gemm_plan *plan = NULL;
         uint32_t flags[17] = {0};
@@ -417,6 +428,7 @@ static void test_hooks(pools *p, int64_t k, int max_ctas, int all_cases)
 
 out:
     free(h_gathered);
+    free(h_gathered_back);
     cudaFree(d_gathered);
     cudaFree(d_flags);
     cudaFreeHost(h_err);
@@ -493,6 +505,35 @@ static void test_bad_args(pools *p)
                    "gemm_engine run without C refuses, naming c: \"%s\"", err.msg);
     } else {
         agmm_check(0, "gemm_engine plan without C: %s", err.msg);
+    }
+    agmm_gemm_plan_destroy(plan);
+    plan = NULL;
+    /* copy_local: only in the chunk-flag mode (pull mode stores the gathered A itself), and a run
+     * needs the shard it copies. */
+    d.c = p->d_c;
+    d.copy_local = 1;
+    d.pull = 1;
+    agmm_error_clear(&err);
+    st = agmm_gemm_plan_create(&plan, &d, &err);
+    agmm_check(st == AGMM_ERR_INVALID_ARG && plan == NULL && strstr(err.msg, "copy_local"),
+               "gemm_engine rejects copy_local in pull mode: \"%s\"", err.msg);
+    d.pull = 0;
+    agmm_error_clear(&err);
+    st = agmm_gemm_plan_create(&plan, &d, &err);
+    agmm_check(st == AGMM_ERR_INVALID_ARG && plan == NULL && strstr(err.msg, "copy_local"),
+               "gemm_engine rejects copy_local in a plain GEMM: \"%s\"", err.msg);
+    d.chunk_flags = (uint32_t *)p->d_c;
+    d.dev_error = (agmm_dev_error *)p->d_c;
+    d.timeout_ns = 1000000;
+    agmm_error_clear(&err);
+    st = agmm_gemm_plan_create(&plan, &d, &err);
+    if (st == AGMM_SUCCESS) {
+        st = agmm_gemm_run(plan, 0, 0, &err);
+        agmm_check(st == AGMM_ERR_INVALID_ARG && strstr(err.msg, "operand a_local is not set") &&
+                       cudaDeviceSynchronize() == cudaSuccess,
+                   "gemm_engine run with copy_local and no shard refuses, naming a_local: \"%s\"", err.msg);
+    } else {
+        agmm_check(0, "gemm_engine plan with copy_local: %s", err.msg);
     }
     agmm_gemm_plan_destroy(plan);
 }

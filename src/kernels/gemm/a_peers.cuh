@@ -109,6 +109,7 @@ struct a_peers {
         if (p.core.sched.nranks > 1)
             pull_raise_ready(p, epoch);
     }
+    __device__ static __forceinline__ void copy_local(const gemm_params &, int) {}
     __device__ static __forceinline__ void cta_end(const gemm_params &p, uint32_t epoch)
     {
         if (p.core.sched.nranks > 1)

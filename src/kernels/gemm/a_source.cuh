@@ -8,6 +8,11 @@
  *   cta_word(p)            thread 32, before the CTA's first barrier
  *   prefetch(p)            thread 0: its tensor maps into the cache
  *   side_thread(p, word)   thread 32 after the barrier (idle in the producer warpgroup)
+ *   copy_local(p, t)       threads 64-127 (t = 0..63): chunks copies the shard into the gathered
+ *                          A here when the plan asks (copy_local); pull stores its gathered A
+ *                          from the ring instead. Not plain: any code there moves the plain
+ *                          producer's loop state out of the uniform datapath (10 more
+ *                          instructions per K block), and a plain GEMM copies nothing
  *   cta_end(p, word)       every thread, last
  * and for the producer thread a state type `producer`, made with (p, word, notes), whose calls
  * frame the producer's loop (producer.cuh); `notes` is an array of the source's `slot_note`, one
@@ -84,6 +89,34 @@ __device__ __forceinline__ a_tile plain_tile(const gemm_a_plain &a, const tile_j
     return a_tile{from_shard ? &a.map_shard : &a.map_a, (int)(from_shard ? j.shard_row0 : j.row0)};
 }
 
+/* copy_local (gemm_engine.h, chunk-flag mode): this CTA's share of the shard, copied into its
+ * rows of the gathered A by GEMM_COPY_THREADS threads (t = 0..63: warps 2 and 3 of the producer
+ * warpgroup, idle otherwise). The shard is cut into one even run of 16-byte units per CTA (the
+ * plan's copy_per_cta: no division here; every CTA of the SM budget is launched, those without a
+ * tile too), so the copy takes about the same time everywhere; each thread keeps four loads in
+ * flight. Generic-proxy stores to rows no tile of this kernel reads (local tiles read the shard):
+ * nothing to order inside the kernel; its completion orders them for the caller. */
+#define GEMM_COPY_THREADS 64
+static __device__ __noinline__ void copy_shard_share(const gemm_a_plain &a, int t)
+{
+    const int T = GEMM_COPY_THREADS;
+    const int64_t lo = (int64_t)blockIdx.x * a.copy_per_cta;
+    const int64_t hi = lo + a.copy_per_cta < a.copy_vecs ? lo + a.copy_per_cta : a.copy_vecs;
+    const uint4 *src = (const uint4 *)a.copy_src;
+    uint4 *dst = (uint4 *)a.copy_dst;
+    int64_t i = lo + t;
+    for (; i + 3 * T < hi; i += 4 * T) {
+        const uint4 v0 = __ldg(src + i), v1 = __ldg(src + i + T), v2 = __ldg(src + i + 2 * T),
+                    v3 = __ldg(src + i + 3 * T);
+        dst[i] = v0;
+        dst[i + T] = v1;
+        dst[i + 2 * T] = v2;
+        dst[i + 3 * T] = v3;
+    }
+    for (; i < hi; i += T)
+        dst[i] = __ldg(src + i);
+}
+
 __device__ __forceinline__ void plain_prefetch(const gemm_a_plain &a)
 {
     prefetch_map(&a.map_a);
@@ -96,6 +129,7 @@ struct a_plain {
     __device__ static __forceinline__ uint32_t cta_word(const gemm_params &) { return 0; }
     __device__ static __forceinline__ void prefetch(const gemm_params &p) { plain_prefetch(p.a.plain); }
     __device__ static __forceinline__ void side_thread(const gemm_params &, uint32_t) {}
+    __device__ static __forceinline__ void copy_local(const gemm_params &, int) {}
     __device__ static __forceinline__ void cta_end(const gemm_params &, uint32_t) {}
 
     struct slot_note {};
@@ -132,6 +166,11 @@ struct a_chunks {
     __device__ static __forceinline__ uint32_t cta_word(const gemm_params &) { return 0; }
     __device__ static __forceinline__ void prefetch(const gemm_params &p) { plain_prefetch(p.a.chunks.a); }
     __device__ static __forceinline__ void side_thread(const gemm_params &, uint32_t) {}
+    __device__ static __forceinline__ void copy_local(const gemm_params &p, int t)
+    {
+        if (p.a.chunks.a.copy_vecs)
+            copy_shard_share(p.a.chunks.a, t);
+    }
     __device__ static __forceinline__ void cta_end(const gemm_params &, uint32_t) {}
 
     struct slot_note {};
@@ -151,7 +190,12 @@ struct a_chunks {
         }
         __device__ __forceinline__ void before_refill(const ring<Cfg> &, int) {}
         __device__ __forceinline__ void after_load(const ring_pos<Cfg> &, int, const tile_job &) {}
-        __device__ __forceinline__ void finish(const ring<Cfg> &) { reset_chunk_flags(p); }
+        /* With one rank no flag is raised or read: nothing to reset. */
+        __device__ __forceinline__ void finish(const ring<Cfg> &)
+        {
+            if (p.core.sched.nranks > 1)
+                reset_chunk_flags(p);
+        }
     };
 };
 

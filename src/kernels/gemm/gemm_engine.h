@@ -92,6 +92,12 @@ typedef struct {
      * dev_error and timeout_ns with nranks > 1. */
     int pull;
     uint32_t *const *signals;
+    /* copy_local = 1 (chunk-flag mode, with a_local): the kernel also copies the shard
+     * into this rank's rows of `a` (rows rank*m ..), so the gathered A needs no copy of them
+     * beside it: the idle warps of every CTA's producer warpgroup copy an even share of the
+     * shard's bytes while the GEMM runs (the fused backend's local rows; at W = 1 its whole run is
+     * this kernel). No tile reads those rows of `a`: local tiles read a_local. */
+    int copy_local;
     /* Scatter mode (the fused matmul_reduce_scatter; epi_scatter.cuh has the protocol): C is not
      * stored; each tile's rows go into slot `rank` of their owner's slots (the row split, R =
      * ceil(m / nranks): row g belongs to rank g / R), a flag per (tile, rank) goes up at each other

@@ -9,8 +9,9 @@
  * 1 KB for alignment (192-226 KB in the configs of gemm_configs.h; at most 227 KB). One CTA per SM.
  * Roles (one if/else on the warpgroup index, so setmaxnreg applies):
  *   warpgroup 0: thread 0 is the producer (producer.cuh), in 56 registers; thread 32 runs the A
- *     source's side_thread (pull: raises the rank's ready word); the others idle to the end (a
- *     cluster barrier counts them).
+ *     source's side_thread (pull: raises the rank's ready word); warps 2 and 3 run its copy_local
+ *     (the fused backend's local rows of the gathered A); the others idle to the end (a cluster
+ *     barrier counts them).
  *   warpgroups 1 and 2: the consumers (consumer.cuh), in 224 registers: mainloop, then epilogue,
  *     cooperative (both on one unit) or ping-pong (PP: alternate units, whole tiles each).
  * ptxas: 168 registers at entry, no spills, no local memory (docs/results, "engine split"). */
@@ -80,6 +81,8 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_ws_kernel(const __grid_c
             gemm_producer<Cfg, Src>(p, r, word);
         else if (threadIdx.x == 32)
             Src::side_thread(p, word);
+        else if (threadIdx.x >= 64)
+            Src::copy_local(p, threadIdx.x - 64);
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 224;");
         uint8_t *staging = smem_raw + (base + L::epilogue - smem_u32(smem_raw));

@@ -64,6 +64,11 @@ typedef struct {
     CUtensorMap map_a;      /* the gathered A: dims {k, nranks*m}, box {64, BM}, 128B swizzle */
     CUtensorMap map_shard;  /* this rank's shard, read by its own (local) tiles: dims {k, m}, same box */
     int has_shard;          /* 0: local tiles read map_a too */
+    /* copy_local (gemm_engine.h): the shard, its rows of the gathered A, its size in 16-byte units
+     * (0: no copy) and each CTA's share of them (the last CTAs' may be short or empty) */
+    const void *copy_src;
+    void *copy_dst;
+    int64_t copy_vecs, copy_per_cta;
 } gemm_a_plain;
 
 typedef struct {

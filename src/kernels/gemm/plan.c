@@ -85,6 +85,11 @@ static agmm_status check_desc(const agmm_gemm_desc *d, agmm_error *err)
         return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
                          "gemm engine: pull mode takes no chunk_flags and at most %d ranks (chunk_flags=%p, nranks=%d)",
                          AGMM_MAX_RANKS, (void *)d->chunk_flags, d->nranks);
+    if (d->copy_local && !d->chunk_flags)
+        return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
+                         "gemm engine: copy_local takes the chunk-flag mode (chunk_flags set; pull=%d, scatter=%d): "
+                         "pull mode stores the gathered A itself, scatter mode has none, a plain GEMM copies nothing",
+                         d->pull, d->scatter.on);
     if (d->pull && d->nranks > 1 && !d->signals)
         return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG, "gemm engine: pull mode with %d ranks needs the signals table",
                          d->nranks);
@@ -202,6 +207,12 @@ agmm_status agmm_gemm_plan_set_ptrs(agmm_gemm_plan *pl, const void *a, const voi
         d->c = c;
         core->c = (uint16_t *)c;
     }
+    if (d->copy_local) { /* the chunk-flag mode (check_desc) */
+        plain->copy_src = d->a_local;
+        plain->copy_dst = d->a ? (char *)d->a + (size_t)d->rank * (size_t)d->m * (size_t)d->k * 2 : NULL;
+        plain->copy_vecs = d->a && d->a_local ? d->m * d->k / 8 : 0; /* k % 8 == 0: whole 16-byte units */
+        plain->copy_per_cta = (plain->copy_vecs + pl->ctas - 1) / pl->ctas;
+    }
 fail:
     return st;
 }
@@ -304,7 +315,7 @@ static agmm_status pair_grid(agmm_gemm_plan *pl, int budget, agmm_error *err)
     if (ce != cudaSuccess || max_clusters < 1)
         return AGMM_FAIL(err, AGMM_ERR_CUDA, "gemm engine: cudaOccupancyMaxActiveClusters(%s) -> %s (%d clusters)",
                          pl->config->name, cudaGetErrorString(ce), max_clusters);
-    pl->ctas = (int)((pl->tiles + 1) & ~1LL);
+    pl->ctas = pl->desc.copy_local ? budget : (int)((pl->tiles + 1) & ~1LL); /* copy_local: plan_create */
     if (pl->ctas > (budget & ~1))
         pl->ctas = budget & ~1;
     if (pl->ctas > 2 * max_clusters)
@@ -408,7 +419,9 @@ agmm_status agmm_gemm_plan_create(agmm_gemm_plan **out, const agmm_gemm_desc *d,
     char split[48] = "";
     if (pl->config->sk)
         AGMM_TRY(st, plan_split(pl, budget, &units, split, sizeof split, err));
-    pl->ctas = (int)(units < budget ? units : budget);
+    /* copy_local: every CTA of the budget copies a share, also those without a unit (the copy
+     * runs on 28 CTAs of 132 at 896^3 took longer than the GEMM: docs/results). */
+    pl->ctas = (int)(units < budget && !d->copy_local ? units : budget);
     if (pl->config->cluster == 2)
         AGMM_TRY(st, pair_grid(pl, budget, err));
     AGMM_TRY(st, agmm_gemm_plan_set_ptrs(pl, d->a, d->a_local, d->b, d->c, err));
@@ -426,7 +439,7 @@ agmm_status agmm_gemm_run(agmm_gemm_plan *pl, uint32_t ready, cudaStream_t strea
 {
     agmm_status st = AGMM_SUCCESS;
     const agmm_gemm_desc *d = &pl->desc;
-    const char *missing = !d->a ? "a" : !d->b ? "b" : !d->c ? "c" : NULL;
+    const char *missing = !d->a ? "a" : !d->b ? "b" : !d->c ? "c" : d->copy_local && !d->a_local ? "a_local" : NULL;
     if (missing)
         return AGMM_FAIL(err, AGMM_ERR_INVALID_ARG,
                          "gemm engine: operand %s is not set: give it at plan creation or with agmm_gemm_plan_set_ptrs",
