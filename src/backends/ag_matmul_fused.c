@@ -309,8 +309,8 @@ static const agmm_backend_impl fused_gpu_impl = {
 const agmm_backend agmm_backend_ag_matmul_fused = {
     .name = "fused",
     .op = AGMM_OP_AG_MATMUL,
-    .summary = "copy engine fills A chunk by chunk, raising a flag per chunk; one persistent GEMM waits per tile, "
-               "local tiles straight from the shard",
+    .summary = "copy engine fills peers' rows of A chunk by chunk, raising a flag per chunk; one persistent GEMM "
+               "waits per tile, reads local tiles straight from the shard and copies it into A (GPU)",
     .devices = AGMM_DEVICE_CPU | AGMM_DEVICE_GPU,
     .auto_order = 1,
     .cpu = &fused_cpu_impl,
