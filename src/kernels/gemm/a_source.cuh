@@ -93,10 +93,13 @@ __device__ __forceinline__ a_tile plain_tile(const gemm_a_plain &a, const tile_j
  * rows of the gathered A by GEMM_COPY_THREADS threads (t = 0..63: warps 2 and 3 of the producer
  * warpgroup, idle otherwise). The shard is cut into one even run of 16-byte units per CTA (the
  * plan's copy_per_cta: no division here; every CTA of the SM budget is launched, those without a
- * tile too), so the copy takes about the same time everywhere; each thread keeps four loads in
- * flight. Generic-proxy stores to rows no tile of this kernel reads (local tiles read the shard):
- * nothing to order inside the kernel; its completion orders them for the caller. */
+ * tile too), so the copy takes about the same time everywhere. Each thread keeps GEMM_COPY_ILP
+ * loads in flight: a gentle copy leaves the GEMM its bandwidth (fused at W = 1, 512-2560^3: 2 loads
+ * 1.3% faster than 4, 8 loads 1.2% slower; 2688-4096^3, where the copy is largest, 2 as fast as 4:
+ * docs/results, H100). Generic-proxy stores to rows no tile of this kernel reads (local tiles
+ * read the shard): nothing to order inside the kernel; its completion orders them for the caller. */
 #define GEMM_COPY_THREADS 64
+#define GEMM_COPY_ILP 2
 static __device__ __noinline__ void copy_shard_share(const gemm_a_plain &a, int t)
 {
     const int T = GEMM_COPY_THREADS;
@@ -105,13 +108,14 @@ static __device__ __noinline__ void copy_shard_share(const gemm_a_plain &a, int 
     const uint4 *src = (const uint4 *)a.copy_src;
     uint4 *dst = (uint4 *)a.copy_dst;
     int64_t i = lo + t;
-    for (; i + 3 * T < hi; i += 4 * T) {
-        const uint4 v0 = __ldg(src + i), v1 = __ldg(src + i + T), v2 = __ldg(src + i + 2 * T),
-                    v3 = __ldg(src + i + 3 * T);
-        dst[i] = v0;
-        dst[i + T] = v1;
-        dst[i + 2 * T] = v2;
-        dst[i + 3 * T] = v3;
+    for (; i + (GEMM_COPY_ILP - 1) * T < hi; i += GEMM_COPY_ILP * T) {
+        uint4 v[GEMM_COPY_ILP];
+#pragma unroll
+        for (int u = 0; u < GEMM_COPY_ILP; u++)
+            v[u] = __ldg(src + i + u * T);
+#pragma unroll
+        for (int u = 0; u < GEMM_COPY_ILP; u++)
+            dst[i + u * T] = v[u];
     }
     for (; i < hi; i += T)
         dst[i] = __ldg(src + i);
