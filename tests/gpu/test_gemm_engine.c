@@ -435,6 +435,23 @@ out:
     cudaFreeHost(h_flags_mapped);
 }
 
+/* A plan of d is made, and its run refuses, naming `operand`, and launches nothing. */
+static void run_refuses(const agmm_gemm_desc *d, const char *operand, const char *what)
+{
+    agmm_error err = {0};
+    agmm_gemm_plan *plan = NULL;
+    char want[64];
+    snprintf(want, sizeof want, "operand %s is not set", operand);
+    if (agmm_gemm_plan_create(&plan, d, &err) == AGMM_SUCCESS) {
+        agmm_status st = agmm_gemm_run(plan, 0, 0, &err);
+        agmm_check(st == AGMM_ERR_INVALID_ARG && strstr(err.msg, want) && cudaDeviceSynchronize() == cudaSuccess,
+                   "gemm_engine run %s refuses, naming %s: \"%s\"", what, operand, err.msg);
+    } else {
+        agmm_check(0, "gemm_engine plan %s: %s", what, err.msg);
+    }
+    agmm_gemm_plan_destroy(plan);
+}
+
 /* The engine refuses bad arguments with a message naming the argument, at plan creation and at
  * a run whose operand is missing. */
 static void test_bad_args(pools *p)
@@ -496,18 +513,7 @@ static void test_bad_args(pools *p)
                "gemm_engine rejects a C 2 bytes off 16-byte alignment: \"%s\"", err.msg);
     /* A plan made without C: its run refuses, naming the operand, and launches nothing. */
     d.c = NULL;
-    agmm_error_clear(&err);
-    st = agmm_gemm_plan_create(&plan, &d, &err);
-    if (st == AGMM_SUCCESS) {
-        st = agmm_gemm_run(plan, 0, 0, &err);
-        agmm_check(st == AGMM_ERR_INVALID_ARG && strstr(err.msg, "operand c is not set") &&
-                       cudaDeviceSynchronize() == cudaSuccess,
-                   "gemm_engine run without C refuses, naming c: \"%s\"", err.msg);
-    } else {
-        agmm_check(0, "gemm_engine plan without C: %s", err.msg);
-    }
-    agmm_gemm_plan_destroy(plan);
-    plan = NULL;
+    run_refuses(&d, "c", "without C");
     /* copy_local: only in the chunk-flag mode (pull mode stores the gathered A itself), and a run
      * needs the shard it copies. */
     d.c = p->d_c;
@@ -525,17 +531,7 @@ static void test_bad_args(pools *p)
     d.chunk_flags = (uint32_t *)p->d_c;
     d.dev_error = (agmm_dev_error *)p->d_c;
     d.timeout_ns = 1000000;
-    agmm_error_clear(&err);
-    st = agmm_gemm_plan_create(&plan, &d, &err);
-    if (st == AGMM_SUCCESS) {
-        st = agmm_gemm_run(plan, 0, 0, &err);
-        agmm_check(st == AGMM_ERR_INVALID_ARG && strstr(err.msg, "operand a_local is not set") &&
-                       cudaDeviceSynchronize() == cudaSuccess,
-                   "gemm_engine run with copy_local and no shard refuses, naming a_local: \"%s\"", err.msg);
-    } else {
-        agmm_check(0, "gemm_engine plan with copy_local: %s", err.msg);
-    }
-    agmm_gemm_plan_destroy(plan);
+    run_refuses(&d, "a_local", "with copy_local and no shard");
 }
 
 /* For compute-sanitizer: every tile config (each one kernel) on one small shape with M, N and K
