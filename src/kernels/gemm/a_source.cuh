@@ -194,10 +194,10 @@ struct a_chunks {
         }
         __device__ __forceinline__ void before_refill(const ring<Cfg> &, int) {}
         __device__ __forceinline__ void after_load(const ring_pos<Cfg> &, int, const tile_job &) {}
-        /* With one rank no flag is raised or read: nothing to reset. */
+        /* With one rank and its shard every tile is local: no flag was read, none is reset. */
         __device__ __forceinline__ void finish(const ring<Cfg> &)
         {
-            if (p.core.sched.nranks > 1)
+            if (p.core.sched.nranks > 1 || !p.a.chunks.a.has_shard)
                 reset_chunk_flags(p);
         }
     };

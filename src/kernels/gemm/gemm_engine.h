@@ -66,7 +66,8 @@ typedef struct {
      * waits until its flag >= the run's `ready` (wrap-safe compare), a tile that reads `a_local`
      * never waits. Reset: when the last CTA of a run has passed its waits it puts every flag and
      * the count back to 0, so the writers may raise the same constant every run (a CUDA graph
-     * replays it) and must raise a flag only after the run before has completed. NULL: no waits.
+     * replays it) and must raise a flag only after the run before has completed (with nranks = 1
+     * and a_local no tile waits, and the flags are left as they are). NULL: no waits.
      * dev_error: where an expired wait is recorded (host-mapped, required with waits; the caller
      * clears it between runs: a non-zero record makes every wait give up at once); timeout_ns:
      * the bound of every wait, the world's timeout (required, > 0, with waits: chunk flags, or
