@@ -173,6 +173,8 @@ agmm_status agmm_gemm_plan_set_ptrs(agmm_gemm_plan *pl, const void *a, const voi
         else
             AGMM_TRY(st, agmm_gemm_tma_blocks(pl, &pl->params.a.peers.map_store, a, (uint64_t)d->k, (uint64_t)d->m,
                                               (uint64_t)d->nranks, GEMM_BK, bm, "gathered A (store)", err));
+        if (d->copy_local) /* this rank's rows of the gathered A */
+            plain->copy_dst = (char *)a + (size_t)d->rank * (size_t)d->m * (size_t)d->k * 2;
         d->a = a;
     }
     if (a_local && a_local != d->a_local) {
@@ -183,6 +185,8 @@ agmm_status agmm_gemm_plan_set_ptrs(agmm_gemm_plan *pl, const void *a, const voi
             plain->has_shard = 1;
         else
             pl->params.a.peers.has_shard = 1;
+        if (d->copy_local)
+            plain->copy_src = a_local;
         d->a_local = a_local;
     }
     if (b && b != d->b) {
@@ -206,12 +210,6 @@ agmm_status agmm_gemm_plan_set_ptrs(agmm_gemm_plan *pl, const void *a, const voi
                                               err));
         d->c = c;
         core->c = (uint16_t *)c;
-    }
-    if (d->copy_local) { /* the chunk-flag mode (check_desc) */
-        plain->copy_src = d->a_local;
-        plain->copy_dst = d->a ? (char *)d->a + (size_t)d->rank * (size_t)d->m * (size_t)d->k * 2 : NULL;
-        plain->copy_vecs = d->a && d->a_local ? d->m * d->k / 8 : 0; /* k % 8 == 0: whole 16-byte units */
-        plain->copy_per_cta = (plain->copy_vecs + pl->ctas - 1) / pl->ctas;
     }
 fail:
     return st;
@@ -315,7 +313,7 @@ static agmm_status pair_grid(agmm_gemm_plan *pl, int budget, agmm_error *err)
     if (ce != cudaSuccess || max_clusters < 1)
         return AGMM_FAIL(err, AGMM_ERR_CUDA, "gemm engine: cudaOccupancyMaxActiveClusters(%s) -> %s (%d clusters)",
                          pl->config->name, cudaGetErrorString(ce), max_clusters);
-    pl->ctas = pl->desc.copy_local ? budget : (int)((pl->tiles + 1) & ~1LL); /* copy_local: plan_create */
+    pl->ctas = pl->desc.copy_local ? budget : (int)((pl->tiles + 1) & ~1LL); /* copy_local: every CTA copies */
     if (pl->ctas > (budget & ~1))
         pl->ctas = budget & ~1;
     if (pl->ctas > 2 * max_clusters)
@@ -424,6 +422,11 @@ agmm_status agmm_gemm_plan_create(agmm_gemm_plan **out, const agmm_gemm_desc *d,
     pl->ctas = (int)(units < budget && !d->copy_local ? units : budget);
     if (pl->config->cluster == 2)
         AGMM_TRY(st, pair_grid(pl, budget, err));
+    if (d->copy_local) { /* the chunk-flag mode (check_desc); the pointers come with set_ptrs */
+        gemm_a_plain *plain = &pl->params.a.chunks.a;
+        plain->copy_vecs = d->m * d->k / 8; /* k % 8 == 0: whole 16-byte units */
+        plain->copy_per_cta = (plain->copy_vecs + pl->ctas - 1) / pl->ctas;
+    }
     AGMM_TRY(st, agmm_gemm_plan_set_ptrs(pl, d->a, d->a_local, d->b, d->c, err));
     snprintf(pl->name, sizeof pl->name, "%s%s ctas=%d tiles=%lld%s%s", pl->config->name, b_mn ? " B-row" : "",
              pl->ctas, (long long)pl->tiles, split,
