@@ -8,7 +8,11 @@
  *   local    the local tiles are exactly positions [0, tiles_per_rank), with src_rank == rank
  *   order    chunks are visited in rotated order (rank, rank+1, ...; splits in order) and
  *            agmm_sched_first_tile_of(src) is where src's tiles start
- *   group    inside a chunk, tiles go group_m row tiles at a time, column-major in the group */
+ *   group    inside a chunk, tiles go group_m row tiles at a time, column-major in the group
+ *   run      run_first / run_last mark where the raster's runs down one column start and end:
+ *            inside a run, tile i + 1 is the one right below tile i (what lets a GEMM engine pair
+ *            share B, kernels/gemm/tile_sched.cuh); with more than one column tile, a run ends
+ *            exactly where the column changes */
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,13 +22,14 @@
 #include "cpu_tests.h"
 #include "harness.h"
 
-enum { P_COVER, P_CHUNK, P_LOCAL, P_ORDER, P_GROUP, NPROPS };
+enum { P_COVER, P_CHUNK, P_LOCAL, P_ORDER, P_GROUP, P_RUN, NPROPS };
 static const char *const prop_what[NPROPS] = {
     "every output element in exactly one tile",
     "tiles inside their chunk, clipped rows/cols, chunk id and shard_row0 right",
     "local tiles are exactly the first tiles_per_rank, with src_rank == rank",
     "chunks in rotated order (rank, rank+1, ...), agmm_sched_first_tile_of right",
     "tiles grouped group_m row tiles at a time, column-major inside a group",
+    "run_first/run_last: inside a run the next tile is right below, runs end where the column changes",
 };
 
 typedef struct {
@@ -59,6 +64,29 @@ static int span_cmp(const void *x, const void *y)
 }
 
 /* Checks one schedule; spans has room for every tile. */
+/* run: tile i (tl) after tile i - 1 (prev; NULL for the first) of ntiles. */
+static void check_run(tally *t, int prop, const agmm_sched *s, int64_t i, int64_t ntiles, const agmm_tile *prev,
+                      const agmm_tile *tl)
+{
+    if (i == 0 && !tl->run_first)
+        fail(t, prop, s, "tile 0 is not the first of its run");
+    if (i == ntiles - 1 && !tl->run_last)
+        fail(t, prop, s, "tile %lld, the last, is not the last of its run", (long long)i);
+    if (!prev)
+        return;
+    const int same_col = prev->col0 == tl->col0;
+    if (prev->run_last != tl->run_first)
+        fail(t, prop, s, "tiles %lld, %lld: run_last %d, then run_first %d", (long long)i - 1, (long long)i,
+             prev->run_last, tl->run_first);
+    else if (!tl->run_first && !(same_col && prev->row0 + prev->rows == tl->row0))
+        fail(t, prop, s, "tile %lld (rows %lld.., cols %lld..) continues the run of tile %lld (rows %lld.., cols %lld..)",
+             (long long)i, (long long)tl->row0, (long long)tl->col0, (long long)i - 1, (long long)prev->row0,
+             (long long)prev->col0);
+    else if (s->col_tiles > 1 && tl->run_first == same_col)
+        fail(t, prop, s, "tile %lld: run_first %d where the column %s", (long long)i, tl->run_first,
+             same_col ? "stays" : "changes");
+}
+
 static void check_sched(tally *t, agmm_sched s, span *spans)
 {
     agmm_sched_init(&s);
@@ -69,9 +97,12 @@ static void check_sched(tally *t, agmm_sched s, span *spans)
 
     int64_t prev_pos = -1, prev_row_tile = -1, prev_col_tile = -1, prev_group = -1;
     int prev_chunk = -1;
+    agmm_tile prev_tile;
     for (int64_t i = 0; i < ntiles; i++) {
         agmm_tile tl;
         agmm_sched_tile(&s, i, &tl);
+        check_run(t, P_RUN, &s, i, ntiles, i ? &prev_tile : NULL, &tl);
+        prev_tile = tl;
         int src = tl.chunk / s.splits, split = tl.chunk % s.splits;
         int64_t c_row0, c_rows;
         agmm_sched_chunk_rows(&s, split, &c_row0, &c_rows);
@@ -352,14 +383,16 @@ void test_schedule_dividers(void)
  *            shard_row0 = row0
  *   order    home blocks visited in the order rank+1, rank+2, ..., rank: every tile homed in
  *            another block before every tile homed in the rank's own
- *   group    inside a block, group_m row tiles at a time, column-major inside a group */
-enum { RS_COVER, RS_TILES, RS_HOME, RS_ORDER, RS_GROUP, RS_PROPS };
+ *   group    inside a block, group_m row tiles at a time, column-major inside a group
+ *   run      as the all-gather visit's */
+enum { RS_COVER, RS_TILES, RS_HOME, RS_ORDER, RS_GROUP, RS_RUN, RS_PROPS };
 static const char *const rs_what[RS_PROPS] = {
     "every element of the partial in exactly one tile",
     "row tiles of bm over all M rows, clipped to M and N only",
     "home block, local, chunk and shard_row0 right",
     "home blocks in the order rank+1, ..., rank: the rank's own tiles last",
     "inside a block, group_m row tiles at a time, column-major in a group",
+    "run_first/run_last: inside a run the next tile is right below, runs end where the column changes",
 };
 
 static void check_rs(tally *t, agmm_sched s, span *spans)
@@ -372,9 +405,12 @@ static void check_rs(tally *t, agmm_sched s, span *spans)
     t->tiles += ntiles;
     int64_t prev_pos = -1, prev_group = -1, prev_col = -1, prev_row = -1, first_row_tile = 0;
     int prev_home = -1, seen_own = 0;
+    agmm_tile prev_tile;
     for (int64_t i = 0; i < ntiles; i++) {
         agmm_tile tl;
         agmm_sched_tile(&s, i, &tl);
+        check_run(t, RS_RUN, &s, i, ntiles, i ? &prev_tile : NULL, &tl);
+        prev_tile = tl;
         const int home = (int)(tl.row0 / rb);
         if (tl.row0 < 0 || tl.row0 >= s.m || tl.row0 % s.bm != 0 ||
             tl.rows != (s.m - tl.row0 < s.bm ? s.m - tl.row0 : s.bm) || tl.col0 < 0 || tl.col0 >= s.n ||

@@ -106,6 +106,11 @@ typedef struct {
     int chunk;          /* src_rank * splits + split: the flag this tile waits for */
     int src_rank;       /* whose shard the rows come from */
     int local;          /* src_rank == rank: read the shard directly, no wait */
+    /* The grouped raster's run down one column (agmm_sched_grouped): whether the tile is its run's
+     * first or last. Otherwise tile idx - 1 (run_first = 0) or idx + 1 (run_last = 0) is the one
+     * above or below it in the same columns, which is what lets a GEMM engine pair share its B tile
+     * (kernels/gemm/tile_sched.cuh). */
+    int run_first, run_last;
 } agmm_tile;
 
 /* Rows [*row0, *row0 + *rows) of rank block `split`'s chunk, relative to the block. */
@@ -178,9 +183,10 @@ AGMM_HD int64_t agmm_sched_first_tile_of(const agmm_sched *s, int src)
 /* Tile (row_tile, col_tile) of a grouped raster over rows of tiles [0, row_tiles) by col_tiles:
  * position rem's, group_m row tiles by all column tiles at a time, column-major in the group. A
  * short last group (fewer than group_m row tiles left) divides by its own rows: by the plan's
- * divider where it has one (div_short), else plainly. */
+ * divider where it has one (div_short), else plainly. Sets t's run_first and run_last (the tile
+ * is the first or last of its group's run down column col_tile). */
 AGMM_HD void agmm_sched_grouped(const agmm_sched *s, int64_t rem, int64_t row_tiles, int64_t *row_tile,
-                                int64_t *col_tile)
+                                int64_t *col_tile, agmm_tile *t)
 {
     const int64_t group = agmm_fastdiv_div(rem, s->div_group);
     const int64_t first_row_tile = group * s->group_m;
@@ -193,7 +199,10 @@ AGMM_HD void agmm_sched_grouped(const agmm_sched *s, int64_t rem, int64_t row_ti
     else
         *col_tile = in_group / group_rows;
     const int64_t rows = group_rows < s->group_m ? group_rows : s->group_m;
-    *row_tile = first_row_tile + in_group - *col_tile * rows;
+    const int64_t in_run = in_group - *col_tile * rows;
+    *row_tile = first_row_tile + in_run;
+    t->run_first = in_run == 0;
+    t->run_last = in_run == rows - 1;
 }
 
 /* The reduce-scatter visit's idx-th tile (header comment). Position idx lies in row tile
@@ -210,7 +219,7 @@ AGMM_HD void agmm_sched_rs_tile(const agmm_sched *s, int64_t idx, agmm_tile *t)
     if (first_pos < 0)
         first_pos += s->row_tiles;
     int64_t row_tile, col_tile;
-    agmm_sched_grouped(s, idx - first_pos * s->col_tiles, count, &row_tile, &col_tile);
+    agmm_sched_grouped(s, idx - first_pos * s->col_tiles, count, &row_tile, &col_tile, t);
     const int64_t rows = s->m - (first + row_tile) * s->bm, cols = s->n - col_tile * s->bn;
     t->row0 = (first + row_tile) * s->bm;
     t->shard_row0 = t->row0;
@@ -247,7 +256,7 @@ AGMM_HD void agmm_sched_tile(const agmm_sched *s, int64_t idx, agmm_tile *t)
 
     /* Grouped raster inside the chunk: group_m row tiles by all column tiles. */
     int64_t row_tile, col_tile;
-    agmm_sched_grouped(s, rem, c_row_tiles, &row_tile, &col_tile);
+    agmm_sched_grouped(s, rem, c_row_tiles, &row_tile, &col_tile, t);
 
     int64_t r_in_chunk = row_tile * s->bm;
     int64_t rows = c_rows - r_in_chunk;

@@ -58,7 +58,7 @@ __device__ __forceinline__ void consumer_mainloop(const ring<Cfg> &r, ring_pos<C
         if (prev >= 0) {
             wgmma_wait<1>();
             if (lane == 0)
-                r.release(prev, cur.share, partner);
+                r.release(prev, cur.coupled, partner);
         }
         prev = pos.stage;
         pos.advance();
@@ -69,7 +69,7 @@ __device__ __forceinline__ void consumer_mainloop(const ring<Cfg> &r, ring_pos<C
     for (int mb = 0; mb < MB; mb++)
         acc_fence(acc[mb]);
     if (lane == 0)
-        r.release(prev, cur.share, partner);
+        r.release(prev, cur.coupled, partner);
 }
 
 /* Consumer cw (0 or 1) of the cooperative schedule; ep: this warp's epilogue staging. */

@@ -42,7 +42,8 @@ typedef struct {
     int c_tma;              /* map_c is set: N % 8 == 0 (16-byte aligned rows), not scatter mode */
     int k_blocks;           /* ceil(k / 64); the K tail is zero-filled by TMA */
     uint64_t delay_ns;      /* test hook: each producer starts its loads this late (0: none) */
-    int share_b;            /* clusters of 2: every pair of tiles shares its B tile (plan.c, pair_grid) */
+    int pairs_coupled;      /* clusters of 2: both CTAs of a pair walk as many units (an even tile count), so
+                             * each unit may share B (tile_sched.cuh; plan.c, pair_grid) */
     /* Split-tail (SK) configs only: tiles from sk_first on are cut into sk_split K pieces, reduced
      * through sk_ws (fp32 partials) and sk_ctr (arrival counters, zero between runs). */
     int64_t sk_first;

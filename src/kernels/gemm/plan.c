@@ -284,27 +284,13 @@ fail:
     return st;
 }
 
-/* Whether every pair of tiles (2i, 2i + 1) of the schedule exists and has the same columns: then
- * the pairs share B, else none does (tile_sched.cuh says why it is all or none). */
-static int pairs_share_b(const agmm_sched *s, int64_t tiles)
-{
-    if (tiles % 2 != 0)
-        return 0;
-    for (int64_t i = 0; i < tiles; i += 2) {
-        agmm_tile a, b;
-        agmm_sched_tile(s, i, &a);
-        agmm_sched_tile(s, i + 1, &b);
-        if (a.col0 != b.col0)
-            return 0;
-    }
-    return 1;
-}
-
 /* Cluster pairs: an even grid, no more pairs than can be resident at once (a persistent CTA
- * that waits for a free SM would only add a tail), and whether they share B. */
+ * that waits for a free SM would only add a tail), and whether they are coupled: with an even
+ * tile count, CTAs 2i and 2i + 1 of an even grid take units 2j and 2j + 1, always as many, so
+ * each can release its partner's slots and share B unit by unit (tile_sched.cuh). */
 static agmm_status pair_grid(agmm_gemm_plan *pl, int budget, agmm_error *err)
 {
-    pl->params.core.share_b = pairs_share_b(&pl->params.core.sched, pl->tiles);
+    pl->params.core.pairs_coupled = pl->tiles % 2 == 0;
     int max_clusters = 0;
     cudaLaunchConfig_t cfg;
     cudaLaunchAttribute attr;

@@ -8,8 +8,8 @@
  *            or its one owner (ping-pong).
  *   empty[s] count 16 (cooperative) or 8 (ping-pong). Writer: lane 0 of each consumer warp that
  *            read the slot, twice per use, after wgmma.wait_group shows that warp's reads of
- *            slot s are done: once here and once at the partner CTA when B was shared (its
- *            producer wrote into our slot), else twice here; 8 warps per use cooperative, the
+ *            slot s are done: once here and once at the partner CTA in coupled pairs (its
+ *            producer may multicast into our slot), else twice here; 8 warps per use cooperative, the
  *            owner's 4 ping-pong. Waiter: the producer (CTA scope: wait_free), with the parity of the
  *            previous pass, so the first pass falls through.
  *   order    ping-pong only, count 1; phase i completes when the consumer of the CTA's unit i
@@ -97,8 +97,8 @@ struct ring {
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
 
-    /* Producer: the slot is free once our consumers, and with a shared B the partner's too, are
-     * done with its previous contents (our multicast is about to write the partner's copy). A
+    /* Producer: the slot is free once our consumers, and in coupled pairs the partner's too, are
+     * done with its previous contents (our multicast may be about to write the partner's copy). A
      * CTA-scope wait suffices even then: every arrival comes after wgmma.wait_group showed the
      * arriving warp's reads of the slot complete, and the refill is a write issued after we see
      * the phase, so there is no data to acquire. A cluster-scope acquire compiles to an L1
@@ -123,12 +123,13 @@ struct ring {
     /* Ping-pong consumer, before its unit i + 1: the other's unit i is issued (parity i & 1). */
     __device__ __forceinline__ void wait_order(uint32_t parity) const { mbar_wait(order(), parity); }
 
-    /* Consumer warp (lane 0) gives slot s back: two arrivals per use. With a shared B, one goes
-     * to each CTA's barrier (both producers wrote into our slot s); otherwise both to our own. */
-    __device__ __forceinline__ void release(int s, int share, uint32_t partner) const
+    /* Consumer warp (lane 0) gives slot s back: two arrivals per use. In coupled pairs, one goes
+     * to each CTA's barrier, shared or not (tile_sched.cuh: the partner's producer may multicast
+     * into our slot s at its next use); otherwise both to our own. */
+    __device__ __forceinline__ void release(int s, int coupled, uint32_t partner) const
     {
         mbar_arrive(empty(s));
-        if (Cfg::CL == 2 && share)
+        if (Cfg::CL == 2 && coupled)
             mbar_arrive_remote(empty(s), partner);
         else
             mbar_arrive(empty(s));

@@ -11,14 +11,21 @@
  * In stream-K configs (SK = 2) the units past stk.first are the segments of stream_k.h, some
  * empty (kb0 == kb1: both roles skip them).
  *
- * Clusters of 2 (CL = 2): CTA rank r = idx & 1; the pair's tiles idx, idx ^ 1 are vertically
- * adjacent in the grouped order, and they share B (b_loader.cuh: each CTA loads half and
- * multicasts it to both) when every pair of the schedule does: both exist and have the same
- * columns (the host's share_b). All or none, because a producer that multicasts into its
- * partner's slot learns that the partner's consumers are done with it only through their remote
- * arrivals at the slot's previous use (ring.cuh): a use that shares after one that did not would
- * refill the partner's slot while its consumers may still read it (seen under compute-sanitizer's
- * racecheck on the H200, 2026-12-03: a wrong C at 300x264x136, where pairs straddle a column). */
+ * Clusters of 2 (CL = 2): CTA rank r = idx & 1; the pair's tiles idx, idx ^ 1 are consecutive in
+ * the grouped order. Where the tile count is even (the host's pairs_coupled) both CTAs walk as many
+ * units, and their consumers release every slot in both CTAs, shared or not (ring.cuh): then each
+ * unit shares B (b_loader.cuh: each CTA loads half and multicasts it to both) exactly when its two
+ * tiles are one above the other in the same columns, which both CTAs read off their own tile (the
+ * even one is not the last of its run down a column, the odd one not the first: core/schedule.h),
+ * so they agree without looking at each other's. The coupling is what makes a per-unit choice
+ * safe: a producer multicasts into its partner's slot only after the partner's consumers released
+ * that slot's previous use, which they report through remote arrivals; before every pair released
+ * both CTAs' slots, sharing had to be all or none (a use that shared after one that did not refilled
+ * the partner's slot while its consumers could still read it: seen under compute-sanitizer's
+ * racecheck on the H200, 2026-12-03, a wrong C at 300x264x136, where pairs straddle a column), and
+ * every shape whose last row group had an odd number of row tiles shared nothing (2026-12-06, 20th
+ * session: half the W = 1 seed shapes). With an odd tile count, the last unit has no partner: no
+ * sharing, no coupling. */
 #ifndef AGMM_KERNELS_GEMM_TILE_SCHED_CUH
 #define AGMM_KERNELS_GEMM_TILE_SCHED_CUH
 
@@ -32,6 +39,7 @@ struct tile_job {
     int64_t row0;       /* first row of C (and of the gathered A) */
     int col0, rows, cols; /* first column; rows and columns clipped to the chunk and to n */
     int share;          /* B shared with the cluster partner */
+    int coupled;        /* CL = 2 and the pairs are coupled: release the partner's slots too */
     int kb0, kb1;       /* the unit's K blocks */
     int piece, sk;      /* split tail, stream-K: the piece, and the tile's index among split tiles (-1: whole) */
     int pieces, ws0;    /* the tile's pieces; the workspace index of its first (epilogue.cuh, sk_fixup) */
@@ -54,11 +62,10 @@ struct tile_walk {
     {
     }
 
-    /* Whether tile idx shares its B tile with the partner CTA's tile idx ^ 1: every pair or none
-     * (header comment). */
+    /* Whether tile idx shares its B tile with the partner CTA's tile idx ^ 1 (header comment). */
     __device__ __forceinline__ int shares_b(int64_t idx, const agmm_tile &t) const
     {
-        return Cfg::CL == 2 && p.share_b;
+        return Cfg::CL == 2 && p.pairs_coupled && (p.sched.col_tiles == 1 || !((idx & 1) ? t.run_first : t.run_last));
     }
 
     /* Unit u < nunits. */
@@ -94,6 +101,7 @@ struct tile_walk {
         j.rows = t.rows;
         j.cols = t.cols;
         j.share = shares_b(idx, t);
+        j.coupled = Cfg::CL == 2 && p.pairs_coupled;
         j.kb0 = kb0;
         j.kb1 = kb1;
         j.piece = piece;
