@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """An ncu CSV (`ncu --csv --metrics ...`, one row per kernel and metric) as a markdown table: one
 line per kernel launch, in launch order, with its time, clock, cycles, tensor pipe, L2 and DRAM
-bytes and L2 hit rate where the CSV has them. The GEMM engine's kernels are named by their config
+bytes, L2 hit rate, and the sectors the SMs read from L2 beside the bytes delivered to them, where
+the CSV has them. The GEMM engine's kernels are named by their config
 (gemm_cfg's template arguments), cuBLAS's by their own name.
 
     python3 bench/ncu_table.py ncu.csv [--engine-only]
@@ -19,6 +20,10 @@ COLUMNS = [  # (header, metric, scale, format)
     ("L2 GB", "lts__t_bytes.sum", 1e-9, "{:.2f}"),
     ("DRAM GB", "dram__bytes.sum", 1e-9, "{:.2f}"),
     ("L2 hit %", "lts__t_sector_hit_rate.pct", 1, "{:.1f}"),
+    # The feed: sectors the SMs read from L2 against the bytes L2 delivered to them (multicast
+    # delivers one read to both CTAs of a pair; docs/results, twentieth session, ncu_pairs_l2.md).
+    ("L2 read by SMs M sectors", "lts__t_sectors_srcunit_tex_op_read.sum", 1e-6, "{:.2f}"),
+    ("delivered to SMs MB", "l1tex__m_xbar2l1tex_read_bytes.sum", 1e-6, "{:.1f}"),
 ]
 
 
