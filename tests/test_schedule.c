@@ -63,7 +63,6 @@ static int span_cmp(const void *x, const void *y)
     return a->row0 < b->row0 ? -1 : a->row0 > b->row0;
 }
 
-/* Checks one schedule; spans has room for every tile. */
 /* run: tile i (tl) after tile i - 1 (prev; NULL for the first) of ntiles. */
 static void check_run(tally *t, int prop, const agmm_sched *s, int64_t i, int64_t ntiles, const agmm_tile *prev,
                       const agmm_tile *tl)
@@ -87,6 +86,7 @@ static void check_run(tally *t, int prop, const agmm_sched *s, int64_t i, int64_
              same_col ? "stays" : "changes");
 }
 
+/* Checks one schedule; spans has room for every tile. */
 static void check_sched(tally *t, agmm_sched s, span *spans)
 {
     agmm_sched_init(&s);
