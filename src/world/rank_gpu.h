@@ -56,6 +56,8 @@ typedef struct agmm_gpu_rank {
     cudaStream_t last_run_stream;      /* the stream of that record */
     cudaEvent_t last_replay;           /* recorded by each replay of a graph that captured a run */
     int captured;                      /* a run of this rank was ever captured into a graph */
+    unsigned long long mark_capture;   /* the capture that holds mark_node (ids are never 0) */
+    cudaGraphNode_t mark_node;         /* that capture's last record of last_replay (world_gpu.c) */
     agmm_vmm_api vmm;                  /* loaded where ranks are processes sharing a GPU */
     CUdevice cu_device;
 } agmm_gpu_rank;
@@ -83,7 +85,7 @@ agmm_status agmm_gpu_check_dev_error(agmm_ctx *ctx);
  * share a device (a device-wide sync there would also wait for peers' barriers that wait for us),
  * and which the rank's next run is ordered after (agmm_gpu_order_run): last_run after an eager
  * run; while `stream` is being captured into a CUDA graph, last_replay, as a node of the graph
- * that every replay records. */
+ * that every replay records (a leaf: the graph's later work does not wait for it). */
 agmm_status agmm_gpu_note_run(agmm_ctx *ctx, cudaStream_t stream);
 
 /* Orders a run about to be enqueued on `stream` after the rank's previous run, whatever stream

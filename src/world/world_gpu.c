@@ -513,6 +513,45 @@ agmm_status agmm_gpu_check_stream(agmm_ctx *ctx, cudaStream_t stream)
     return AGMM_SUCCESS;
 }
 
+/* A captured run's mark: a node of the graph that records last_replay (an external record: a plain
+ * record in a capture only joins streams, and leaves the event unusable outside the graph). The
+ * node hangs off the run's last work and off the capture's previous mark, and nothing else of the
+ * graph depends on it: the work captured after the run stays ordered by the run's own nodes, and
+ * the marks record in capture order, the last run's last. Recorded into the stream instead, the
+ * mark was the only link between a run and the next (an input staged for the next step, say), and
+ * that link did not hold: graphs of 5 steps with staged inputs let a rank overwrite its shard
+ * with a later step's while peers still read it, or stalled (H100, 4 ranks sharing the GPU: 20 of
+ * 240 jobs of 4 replays, docs/results twenty-first session; none of 240 since). */
+static agmm_status mark_replay(agmm_ctx *ctx, cudaStream_t stream)
+{
+    agmm_status st = AGMM_SUCCESS;
+    agmm_gpu_rank *g = ctx->gpu;
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    unsigned long long id = 0;
+    cudaGraph_t graph = NULL;
+    const cudaGraphNode_t *deps = NULL;
+    const cudaGraphEdgeData *edges = NULL; /* asked for only so the query is not lossy: the mark's
+                                              edges are plain ones, which wait for everything */
+    size_t n = 0;
+    cudaGraphNode_t *on = NULL, mark = NULL;
+    AGMM_CUDA_TRY(st, &ctx->err, cudaStreamGetCaptureInfo(stream, &cap, &id, &graph, &deps, &edges, &n));
+    on = malloc((n + 1) * sizeof *on);
+    if (on == NULL) {
+        st = AGMM_FAIL(&ctx->err, AGMM_ERR_NO_MEMORY, "rank %d: graph node list allocation failed", ctx->info.rank);
+        goto fail;
+    }
+    for (size_t i = 0; i < n; i++)
+        on[i] = deps[i];
+    if (g->mark_capture == id && g->mark_node != NULL)
+        on[n++] = g->mark_node;
+    AGMM_CUDA_TRY(st, &ctx->err, cudaGraphAddEventRecordNode(&mark, graph, on, n, g->last_replay));
+    g->mark_capture = id;
+    g->mark_node = mark;
+fail:
+    free(on);
+    return st;
+}
+
 agmm_status agmm_gpu_note_run(agmm_ctx *ctx, cudaStream_t stream)
 {
     agmm_status st = AGMM_SUCCESS;
@@ -524,9 +563,7 @@ agmm_status agmm_gpu_note_run(agmm_ctx *ctx, cudaStream_t stream)
         g->last_run_recorded = 1;
         g->last_run_stream = stream;
     } else {
-        /* A plain record in a capture would only join streams, and leave the event unusable by the
-         * waits and syncs outside the graph; an external one is a node that each replay records. */
-        AGMM_CUDA_TRY(st, &ctx->err, cudaEventRecordWithFlags(g->last_replay, stream, cudaEventRecordExternal));
+        AGMM_TRY(st, mark_replay(ctx, stream));
         g->captured = 1;
     }
 fail:

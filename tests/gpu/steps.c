@@ -294,6 +294,36 @@ int step_download(step_rank *sr, cudaStream_t s)
     return 1;
 }
 
+/* What a wrong shard in the gathered A holds instead, for the failure message: the poison (never
+ * copied), zeros (copied before its rank first wrote it), that rank's input of another step
+ * (copied too early or too late: the barriers let the ranks out of step), or none of these. */
+static const char *shard_holds(const step_rank *sr, const uint16_t *got, int p, char *buf, size_t len)
+{
+    const size_t count = (size_t)(sr->sc->m * sr->sc->k);
+    int poison = 1, zero = 1;
+    for (size_t i = 0; i < count; i++) {
+        poison &= got[i] == 0xffff;
+        zero &= got[i] == 0;
+    }
+    if (poison || zero)
+        return poison ? "all of its rows hold the poison (never copied)" : "all of its rows are zero";
+    int8_t *x = malloc(count);
+    int match = -1;
+    for (int j = 0; x != NULL && j < sr->slots && match < 0; j++) {
+        gen_small(x, count, input_state(sr->seed, j, p, 'A'), 1);
+        size_t i = 0;
+        while (i < count && agmm_bf16_to_f32(got[i]) == (float)x[i])
+            i++;
+        if (i == count)
+            match = j;
+    }
+    free(x);
+    if (match < 0)
+        return "its rows are none of that rank's inputs of this replay, nor zero, nor the poison";
+    snprintf(buf, len, "its rows are that rank's input of step %d", match);
+    return buf;
+}
+
 /* ag_matmul: the gathered A against every rank's shard, C against the integer product. */
 static int check_ag_matmul(step_rank *sr, int slot, const char *what)
 {
@@ -307,10 +337,13 @@ static int check_ag_matmul(step_rank *sr, int slot, const char *what)
         gen_small(a + p * shard, (size_t)shard, input_state(sr->seed, slot, p, 'A'), 1);
     gen_small(b, (size_t)(sc->k * sc->n), input_state(sr->seed, slot, sr->rank, 'B'), 1);
     for (int64_t i = 0; i < rows * sc->k; i++)
-        if (agmm_bf16_to_f32(ag[i]) != (float)a[i])
-            return gpu_rank_fail(sr->res, sr->rank, "%s: gathered A[%lld][%lld] = %g, want %d (rank %lld's shard)",
+        if (agmm_bf16_to_f32(ag[i]) != (float)a[i]) {
+            const int p = (int)(i / shard);
+            char holds[96];
+            return gpu_rank_fail(sr->res, sr->rank, "%s: gathered A[%lld][%lld] = %g, want %d (rank %d's shard; %s)",
                                  what, (long long)(i / sc->k), (long long)(i % sc->k), agmm_bf16_to_f32(ag[i]), a[i],
-                                 (long long)(i / shard));
+                                 p, shard_holds(sr, ag + p * shard, p, holds, sizeof holds));
+        }
     for (int64_t i = 0; i < rows; i++)
         for (int64_t j = 0; j < sc->n; j++) {
             int acc = 0;
