@@ -8,9 +8,10 @@
  *            symmetric buffer of the plan (only the owner writes it; release, after the shard)
  *   GEMM     the tiles in core/schedule.h's order (own rows first, then rank+1's, ...): a tile of
  *            rank src's rows reads src's shard after acquiring src's ready flag (bounded); the
- *            own shard needs no wait. A tile of the first column of C also writes its A rows
- *            into the gathered A, so every row is written once (twice with the same bytes on
- *            GPUs, where a short tile's box spills into the next chunk of the same shard).
+ *            own shard needs no wait. The gathered A is written as the tiles read it, every row
+ *            once (on the CPU by the tile of the first column of C; on GPUs K block kb of a row
+ *            by the tile in column kb % col_tiles, twice with the same bytes where a short
+ *            tile's box spills into the next chunk of the same shard).
  *   closing  each rank writes e into its done slot (AGMM_PULL_DONE + rank) of every peer's
  *            signal words once it has read their shards for the last time, then waits
  *            (bounded) until every peer has written its slot of its own: nobody returns while a

@@ -24,9 +24,13 @@
  *   scheduled first. Waiter: the producer thread, before its first tile of src's rows (then
  *   remembered for the run in a bit mask, so each CTA reads each peer's word once): the bounded
  *   wait and proxy fence of a chunk flag, for >= e. Reset: never (epochs).
- * The gathered A, a by-product: every A tile loaded for the first column of C (col0 == 0) is
- *   stored from its ring slot to the gathered A by a TMA store through a 3-D map {k, m, nranks},
- *   so a short tile's rows past the shard's end are clipped. The producer issues the store when it
+ * The gathered A, a by-product: K block kb of a row of tiles is stored by the tile of that row in
+ *   column kb % col_tiles, from its ring slot to the gathered A by a TMA store through a 3-D map
+ *   {k, m, nranks}, so a short tile's rows past the shard's end are clipped. Every (row, K block)
+ *   is loaded once per column, so it is stored exactly once, and the stores spread over the
+ *   row's tiles (until the twenty-first session the first column stored all of them: its CTAs
+ *   waited on every K block, and pull took 1.33x the engine alone at 2560^3, W = 1, H100). The
+ *   producer issues the store when it
  *   next refills that slot (the consumers have released it, so the tile is complete and nobody
  *   writes the slot meanwhile) and waits for the store to have read the slot before the new load;
  *   slots never refilled are stored at the end, after their full barrier's phase. Rows past a
@@ -124,6 +128,7 @@ struct a_peers {
         int waits_off = 0;
         uint64_t ready_seen = 0; /* peers whose ready word this CTA has seen */
         uint32_t pending = 0;    /* slots whose A tile awaits its store */
+        int store_kb = 0;        /* the unit's next K block to store (header comment) */
 
         __device__ __forceinline__ producer(const gemm_params &params, uint32_t e, pull_store *notes)
             : p(params), epoch(e), store(notes)
@@ -144,6 +149,9 @@ struct a_peers {
         {
             const gemm_a_peers &a = p.a.peers;
             const int from_shard = j.local && a.has_shard;
+            /* The first K block >= kb0 in this tile's residue class modulo col_tiles. */
+            const int cols = (int)p.core.sched.col_tiles, col = j.col0 / Cfg::BN;
+            store_kb = j.kb0 + ((col - j.kb0 % cols) % cols + cols) % cols;
             if (!from_shard && !waits_off && !(ready_seen >> j.src_rank & 1)) {
                 ready_seen |= 1ull << j.src_rank;
                 waits_off = gemm_wait_flag(a.wait, p.core.sched.rank, a.signals[j.src_rank] + AGMM_PULL_READY, epoch,
@@ -164,9 +172,10 @@ struct a_peers {
 
         __device__ __forceinline__ void after_load(const ring_pos<Cfg> &pos, int kb, const tile_job &j)
         {
-            if (j.col0 == 0) {
+            if (kb == store_kb) {
                 store[pos.stage] = pull_store{kb * GEMM_BK, (int)j.shard_row0, j.src_rank, pos.phase};
                 pending |= 1u << pos.stage;
+                store_kb += (int)p.core.sched.col_tiles;
             }
         }
 
