@@ -11,6 +11,7 @@ void test_schedule_edges(void);
 void test_schedule_random(void);
 void test_schedule_fastdiv(void);
 void test_schedule_dividers(void);
+void test_schedule_pull_stores(void);
 void test_schedule_reduce_scatter(void);
 
 /* test_gemm_policy.c: the GEMM engine's config policy (plain C, no GPU). */

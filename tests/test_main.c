@@ -8,6 +8,7 @@ static const agmm_test_case cases[] = {
     {"schedule/random", test_schedule_random},
     {"schedule/fastdiv", test_schedule_fastdiv},
     {"schedule/dividers", test_schedule_dividers},
+    {"schedule/pull_stores", test_schedule_pull_stores},
     {"schedule/reduce_scatter", test_schedule_reduce_scatter},
     {"gemm/policy_table", test_gemm_policy_table},
     {"gemm/policy_measured", test_gemm_policy_measured},

@@ -376,6 +376,40 @@ void test_schedule_dividers(void)
                (long long)cases, (long long)tiles, (long long)wrong, first);
 }
 
+/* Pull mode's stores of the gathered A (agmm_sched_store_kb): for every column count up to 40 and
+ * K block count up to 70, with each tile whole or cut into 2-5 pieces as the split tail cuts them
+ * (piece q: K blocks [q*KB/S, (q+1)*KB/S)), every K block of a row is stored by exactly one unit
+ * of that row, inside that unit's K blocks. */
+void test_schedule_pull_stores(void)
+{
+    int64_t cases = 0, wrong = 0;
+    char first[160] = "";
+    int count[70];
+    for (int cols = 1; cols <= 40; cols++)
+        for (int kb_n = 1; kb_n <= 70; kb_n++)
+            for (int split = 1; split <= 5; split++) {
+                for (int kb = 0; kb < kb_n; kb++)
+                    count[kb] = 0;
+                int outside = 0;
+                for (int col = 0; col < cols; col++)
+                    for (int q = 0; q < split; q++) {
+                        const int kb0 = q * kb_n / split, kb1 = (q + 1) * kb_n / split;
+                        for (int kb = agmm_sched_store_kb(cols, col, kb0); kb < kb1; kb += cols) {
+                            outside |= kb < kb0 || kb % cols != col;
+                            count[kb]++;
+                        }
+                    }
+                int bad = outside;
+                for (int kb = 0; kb < kb_n; kb++)
+                    bad |= count[kb] != 1;
+                cases++;
+                if (bad && wrong++ == 0)
+                    snprintf(first, sizeof first, " (first: col_tiles=%d K blocks=%d pieces=%d)", cols, kb_n, split);
+            }
+    agmm_check(wrong == 0, "schedule: pull's gathered-A stores, each (row, K block) once by its column's unit: %lld "
+               "cases, %lld wrong%s", (long long)cases, (long long)wrong, first);
+}
+
 /* ---- the reduce-scatter visit (block_rows > 0) ----
  *   cover    every element of the M x N partial in exactly one tile
  *   tiles    row tiles of bm over all M rows (not clipped to blocks), columns clipped to N

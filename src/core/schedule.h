@@ -180,6 +180,17 @@ AGMM_HD int64_t agmm_sched_first_tile_of(const agmm_sched *s, int src)
     return (int64_t)pos * s->tiles_per_rank;
 }
 
+/* Pull mode's gathered A (kernels/gemm/a_peers.cuh): K block kb of a row of tiles is stored by the
+ * row's tile in column kb % col_tiles, so the stores spread over the row and each (row, K block) is
+ * stored once, whichever unit loads it. For a unit of column `col` whose K blocks start at kb0 (a
+ * whole tile, or a piece of a split one), the first K block it stores; it stores every col_tiles-th
+ * after that. */
+AGMM_HD int agmm_sched_store_kb(int64_t col_tiles, int col, int kb0)
+{
+    const int c = (int)col_tiles;
+    return kb0 + ((col - kb0 % c) % c + c) % c;
+}
+
 /* Tile (row_tile, col_tile) of a grouped raster over rows of tiles [0, row_tiles) by col_tiles:
  * position rem's, group_m row tiles by all column tiles at a time, column-major in the group. A
  * short last group (fewer than group_m row tiles left) divides by its own rows: by the plan's

@@ -25,7 +25,7 @@
  *   remembered for the run in a bit mask, so each CTA reads each peer's word once): the bounded
  *   wait and proxy fence of a chunk flag, for >= e. Reset: never (epochs).
  * The gathered A, a by-product: K block kb of a row of tiles is stored by the tile of that row in
- *   column kb % col_tiles, from its ring slot to the gathered A by a TMA store through a 3-D map
+ *   column kb % col_tiles (agmm_sched_store_kb, core/schedule.h), from its ring slot to the gathered A by a TMA store through a 3-D map
  *   {k, m, nranks}, so a short tile's rows past the shard's end are clipped. Every (row, K block)
  *   is loaded once per column, so it is stored exactly once, and the stores spread over the
  *   row's tiles (until the twenty-first session the first column stored all of them: its CTAs
@@ -148,9 +148,7 @@ struct a_peers {
         {
             const gemm_a_peers &a = p.a.peers;
             const int from_shard = j.local && a.has_shard;
-            /* The first K block >= kb0 in this tile's residue class modulo col_tiles. */
-            const int cols = (int)p.core.sched.col_tiles, col = j.col0 / Cfg::BN;
-            store_kb = j.kb0 + ((col - j.kb0 % cols) % cols + cols) % cols;
+            store_kb = agmm_sched_store_kb(p.core.sched.col_tiles, j.col0 / Cfg::BN, j.kb0);
             if (!from_shard && !waits_off && !(ready_seen >> j.src_rank & 1)) {
                 ready_seen |= 1ull << j.src_rank;
                 waits_off = gemm_wait_flag(a.wait, p.core.sched.rank, a.signals[j.src_rank] + AGMM_PULL_READY, epoch,
