@@ -24,17 +24,17 @@
  *   scheduled first. Waiter: the producer thread, before its first tile of src's rows (then
  *   remembered for the run in a bit mask, so each CTA reads each peer's word once): the bounded
  *   wait and proxy fence of a chunk flag, for >= e. Reset: never (epochs).
- * The gathered A, a by-product: K block kb of a row of tiles is stored by the tile of that row in
- *   column kb % col_tiles (agmm_sched_store_kb, core/schedule.h), from its ring slot to the gathered A by a TMA store through a 3-D map
- *   {k, m, nranks}, so a short tile's rows past the shard's end are clipped. Every (row, K block)
- *   is loaded once per column, so it is stored exactly once, and the stores spread over the
- *   row's tiles (until the twenty-first session the first column stored all of them: its CTAs
- *   waited on every K block, and pull took 1.33x the engine alone at 2560^3, W = 1, H100). The
- *   producer issues the store when it next refills that slot (the consumers have released it, so
- *   the tile is complete and nobody writes the slot meanwhile) and waits for the store to have
- *   read the slot before the new load; slots never refilled are stored at the end, after their
- *   full barrier's phase. Rows past a short tile's end belong to the next chunk of the same
- *   shard: two CTAs may store them, with the same bytes.
+ * The gathered A, a by-product: K block kb of a row of tiles is stored by the tile of that row
+ *   in column kb % col_tiles (agmm_sched_store_kb, core/schedule.h), from its ring slot to the
+ *   gathered A by a TMA store through a 3-D map {k, m, nranks}, so a short tile's rows past the
+ *   shard's end are clipped. Every (row, K block) is loaded once per column, so it is stored
+ *   exactly once, and the stores spread over the row's tiles (until the twenty-first session the
+ *   first column stored all of them: its CTAs waited on every K block, and pull took 1.33x the
+ *   engine alone at 2560^3, W = 1, H100). The producer issues the store when it next refills that
+ *   slot (the consumers have released it, so the tile is complete and nobody writes the slot
+ *   meanwhile) and waits for the store to have read the slot before the new load; slots never
+ *   refilled are stored at the end, after their full barrier's phase. Rows past a short tile's end
+ *   belong to the next chunk of the same shard: two CTAs may store them, with the same bytes.
  * Closing barrier (nranks > 1): done slots signals[r][AGMM_PULL_DONE + q]. When every thread of a
  *   CTA is done (all its loads consumed, its stores written), thread 0 counts the CTA in on
  *   close_ctr (device memory of the plan); the last CTA of the grid resets the counter, advances
