@@ -533,22 +533,14 @@ static agmm_status mark_replay(agmm_ctx *ctx, cudaStream_t stream)
     const cudaGraphEdgeData *edges = NULL; /* asked for only so the query is not lossy: the mark's
                                               edges are plain ones, which wait for everything */
     size_t n = 0;
-    cudaGraphNode_t *on = NULL, mark = NULL;
+    cudaGraphNode_t mark = NULL;
     AGMM_CUDA_TRY(st, &ctx->err, cudaStreamGetCaptureInfo(stream, &cap, &id, &graph, &deps, &edges, &n));
-    on = malloc((n + 1) * sizeof *on);
-    if (on == NULL) {
-        st = AGMM_FAIL(&ctx->err, AGMM_ERR_NO_MEMORY, "rank %d: graph node list allocation failed", ctx->info.rank);
-        goto fail;
-    }
-    for (size_t i = 0; i < n; i++)
-        on[i] = deps[i];
+    AGMM_CUDA_TRY(st, &ctx->err, cudaGraphAddEventRecordNode(&mark, graph, deps, n, g->last_replay));
     if (g->mark_capture == id && g->mark_node != NULL)
-        on[n++] = g->mark_node;
-    AGMM_CUDA_TRY(st, &ctx->err, cudaGraphAddEventRecordNode(&mark, graph, on, n, g->last_replay));
+        AGMM_CUDA_TRY(st, &ctx->err, cudaGraphAddDependencies(graph, &g->mark_node, &mark, NULL, 1));
     g->mark_capture = id;
     g->mark_node = mark;
 fail:
-    free(on);
     return st;
 }
 

@@ -26,11 +26,12 @@
 #include "kernels/hopper_ptx.cuh"
 
 /* One unit's mainloop: ends holding the unit's accumulators (fenced: safe to read), every slot it
- * used released. at_first_block() runs once, right after the first K block's MMAs are issued;
- * issued() once, when every MMA of the unit is issued and the last K block's are still running. */
+ * used released (coupled: in the partner CTA too, ring.cuh; the same for every unit of a launch).
+ * at_first_block() runs once, right after the first K block's MMAs are issued; issued() once,
+ * when every MMA of the unit is issued and the last K block's are still running. */
 template <class Cfg, class F, class G>
 __device__ __forceinline__ void consumer_mainloop(const ring<Cfg> &r, ring_pos<Cfg> &pos, const tile_job &cur, int cw,
-                                                  int lane, uint32_t partner,
+                                                  int lane, uint32_t partner, int coupled,
                                                   float (&acc)[Cfg::MB][Cfg::WN / 2], F &&at_first_block,
                                                   G &&issued)
 {
@@ -58,7 +59,7 @@ __device__ __forceinline__ void consumer_mainloop(const ring<Cfg> &r, ring_pos<C
         if (prev >= 0) {
             wgmma_wait<1>();
             if (lane == 0)
-                r.release(prev, cur.coupled, partner);
+                r.release(prev, coupled, partner);
         }
         prev = pos.stage;
         pos.advance();
@@ -69,7 +70,7 @@ __device__ __forceinline__ void consumer_mainloop(const ring<Cfg> &r, ring_pos<C
     for (int mb = 0; mb < MB; mb++)
         acc_fence(acc[mb]);
     if (lane == 0)
-        r.release(prev, cur.coupled, partner);
+        r.release(prev, coupled, partner);
 }
 
 /* Consumer cw (0 or 1) of the cooperative schedule; ep: this warp's epilogue staging. */
@@ -79,6 +80,7 @@ __device__ __forceinline__ void consumer_cooperative(const gemm_params &p, const
     const tile_walk<Cfg> walk(p.core);
     const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
     const uint32_t partner = (blockIdx.x & (Cfg::CL - 1)) ^ 1;
+    const int coupled = Cfg::CL == 2 && p.core.pairs_coupled;
     Epi epi(p, ep, cw, warp, lane);
     float acc[Cfg::MB][Cfg::WN / 2];
     ring_pos<Cfg> pos;
@@ -93,7 +95,7 @@ __device__ __forceinline__ void consumer_cooperative(const gemm_params &p, const
                 continue;
             }
         }
-        consumer_mainloop<Cfg>(r, pos, cur, cw, lane, partner, acc, [&] { next = walk.job_or_none(next_u); }, [] {});
+        consumer_mainloop<Cfg>(r, pos, cur, cw, lane, partner, coupled, acc, [&] { next = walk.job_or_none(next_u); }, [] {});
         epi.store(cur, acc);
         cur = next;
         u = next_u;
@@ -132,7 +134,7 @@ __device__ __forceinline__ void consumer_pingpong(const gemm_params &p, const ri
             pos.skip(walk.k_blocks(u - gridDim.x));
             r.wait_order(cw ^ 1);
         }
-        consumer_mainloop<Cfg>(r, pos, cur, cw, lane, 0, acc, [] {}, [&] {
+        consumer_mainloop<Cfg>(r, pos, cur, cw, lane, 0, 0, acc, [] {}, [&] {
             if (tid == 0)
                 r.pass_order();
         });

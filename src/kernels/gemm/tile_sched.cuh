@@ -39,7 +39,6 @@ struct tile_job {
     int64_t row0;       /* first row of C (and of the gathered A) */
     int col0, rows, cols; /* first column; rows and columns clipped to the chunk and to n */
     int share;          /* B shared with the cluster partner */
-    int coupled;        /* CL = 2 and the pairs are coupled: release the partner's slots too */
     int kb0, kb1;       /* the unit's K blocks */
     int piece, sk;      /* split tail, stream-K: the piece, and the tile's index among split tiles (-1: whole) */
     int pieces, ws0;    /* the tile's pieces; the workspace index of its first (epilogue.cuh, sk_fixup) */
@@ -101,7 +100,6 @@ struct tile_walk {
         j.rows = t.rows;
         j.cols = t.cols;
         j.share = shares_b(idx, t);
-        j.coupled = Cfg::CL == 2 && p.pairs_coupled;
         j.kb0 = kb0;
         j.kb1 = kb1;
         j.piece = piece;
