@@ -95,7 +95,8 @@ __device__ __forceinline__ void consumer_cooperative(const gemm_params &p, const
                 continue;
             }
         }
-        consumer_mainloop<Cfg>(r, pos, cur, cw, lane, partner, coupled, acc, [&] { next = walk.job_or_none(next_u); }, [] {});
+        consumer_mainloop<Cfg>(r, pos, cur, cw, lane, partner, coupled, acc,
+                               [&] { next = walk.job_or_none(next_u); }, [] {});
         epi.store(cur, acc);
         cur = next;
         u = next_u;
