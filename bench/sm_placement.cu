@@ -2,7 +2,8 @@
  * of C (1: no cluster attribute) with SMEM bytes of dynamic shared memory each (default 200 KiB:
  * one CTA per SM, as the GEMM engine runs), every CTA held 200 us so that all are resident at once,
  * and prints per CTA "C blockIdx clusterid smid", after a "# max active clusters" line for C > 1.
- * A cluster never spans GPCs, so the SMs that clusters of 16 (or 8) share name the GPCs.
+ * A cluster never spans GPCs, so the SMs that clusters of 16 (or 8) share name the GPCs;
+ * bench/gpc_map.py joins several such runs into the SM-to-GPC map.
  *
  *   make sm-placement && build/sm-placement GRID C [SMEM]
  *   e.g. build/sm-placement 132 1; build/sm-placement 132 2; build/sm-placement 128 16
