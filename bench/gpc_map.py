@@ -58,12 +58,12 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     maps = [gpc_map(args.bin) for _ in range(args.repeats)]
+    same = all(m == maps[0] for m in maps)
     for i, g in enumerate(maps[0]):
         print(f"GPC {i}: {len(g)} SMs: {' '.join(map(str, g))}")
     print(f"{sum(len(g) for g in maps[0])} SMs in {len(maps[0])} groups; "
-          + ("every repeat found the same map" if all(m == maps[0] for m in maps) else
-             f"the repeats DIFFER: {[len(m) for m in maps]} groups"))
-    return 0 if all(m == maps[0] for m in maps) else 1
+          + ("every repeat found the same map" if same else f"the repeats DIFFER: {[len(m) for m in maps]} groups"))
+    return 0 if same else 1
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@
  * program): 7 GPCs hold a cluster of 16. Without clusters, consecutive CTAs fill a GPC (CTAs 8-15
  * on one, 16-31 on the next, ...); clusters of 2 go round-robin over the GPCs (clusters 4-35 over
  * 8, 36-63 over 7), so the GEMM engine's pairs k and k + 8 share a GPC where its plain CTAs b and
- * b + 1 do. */
+ * b + 1 do. Which GPC a launch starts in moves from launch to launch (the engine's own launches,
+ * docs/results/h100_2026-12-06h/gpc_per_launch.txt); the SM-to-GPC map itself is fixed. */
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
