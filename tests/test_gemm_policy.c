@@ -1,7 +1,7 @@
 /* The GEMM engine's config policy (src/kernels/gemm/policy.h), without a GPU:
  *   table     every config is one the kernels can be: whole 64 x 64 blocks per consumer, multicast
  *             pairs only on 128-row tiles, ping-pong only as config.cuh allows it (no cluster or
- *             split tail, a whole tile of at most 128 accumulators per thread, named /pp), names
+ *             split tail, a whole tile of at most 176 accumulators per thread, named /pp), names
  *             unique and found by name; out of range refused; the whole-tile twin of each config
  *             (scatter mode's) and the tile count of a grid
  *   measured  every name of each device kind's measured table is a config; each measured shape
@@ -43,25 +43,25 @@ void test_gemm_policy_table(void)
         const agmm_gemm_config *tc = agmm_gemm_config_at(c);
         /* A consumer's part: half the tile (cooperative) or all of it (ping-pong). */
         const int wm = tc->pp ? tc->bm : tc->wgn == 1 ? tc->bm / 2 : tc->bm, wn = tc->pp ? tc->bn : tc->bn / tc->wgn;
-        /* A consumer width that is not a multiple of 64 (config.cuh): 16-column multiples, cooperative,
-         * column-major B only; a B-multicast pair takes row-major B only in whole 128-column tiles (each
-         * CTA its half in 64-column boxes). */
+        /* A consumer width that is not a multiple of 64 (config.cuh): 16-column multiples, column-major
+         * B only; a B-multicast pair takes row-major B only in whole 128-column tiles (each CTA its half
+         * in 64-column boxes). */
         const int odd = wn % 64 != 0;
-        const int ok = (tc->wgn == 1 || tc->wgn == 2) && wm % 64 == 0 && wn % 16 == 0 && (!odd || !tc->pp) &&
+        const int ok = (tc->wgn == 1 || tc->wgn == 2) && wm % 64 == 0 && wn % 16 == 0 &&
                        agmm_gemm_config_takes(tc, 0) &&
                        agmm_gemm_config_takes(tc, 1) == (!odd && (tc->cluster == 1 || tc->bn % 128 == 0)) &&
                        tc->stages >= 2 &&
                        (tc->cluster == 1 || (tc->cluster == 2 && tc->bm == 128 && tc->wgn == 1 && !tc->sk)) &&
                        (tc->pp == 0 || (tc->pp == 1 && tc->wgn == 1 && tc->cluster == 1 && !tc->sk &&
-                                        wm * wn / 128 <= 128 && strstr(tc->name, "/pp"))) &&
+                                        wm * wn / 128 <= 176 && strstr(tc->name, "/pp"))) &&
                        agmm_gemm_config_find(tc->name) == c && !strcmp(agmm_gemm_config_name(c), tc->name);
         if (!ok && bad++ == 0)
             snprintf(first, sizeof first, " (first: config %d %s)", c, tc->name);
     }
     agmm_check(n >= 1 && bad == 0,
                "gemm policy: %d configs, each with whole 64-row blocks of 16-column multiples per consumer (not 64: "
-               "cooperative, column-major B only), multicast only on 128-row tiles (with row-major B only on "
-               "128-column multiples), ping-pong (/pp) only without cluster or split tail and with at most 128 "
+               "column-major B only), multicast only on 128-row tiles (with row-major B only on "
+               "128-column multiples), ping-pong (/pp) only without cluster or split tail and with at most 176 "
                "accumulators per thread, a unique name found by agmm_gemm_config_find%s",
                n, first);
     agmm_check(!agmm_gemm_config_at(-1) && !agmm_gemm_config_at(n) && !strcmp(agmm_gemm_config_name(n), "?") &&

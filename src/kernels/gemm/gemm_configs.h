@@ -16,8 +16,9 @@
  *            tiles dealt evenly to every CTA, pieces summed the same way (stream_k.h)
  *   pp       1: ping-pong consumers (consumer.cuh): each warpgroup computes whole tiles, the two
  *            on alternate units, so one's epilogue runs under the other's mainloop; a whole
- *            tile's accumulators per thread (bm*bn/128: at most 128; 128 x 192's 192 spill in the
- *            consumers' 224 registers). No cluster or split tail yet.
+ *            tile's accumulators per thread (bm*bn/128: at most 176; 128 x 192's 192 spill in the
+ *            consumers' 224 registers). No cluster or split tail (ping-pong pairs measured and not
+ *            kept: docs/gemm_engine.md, "Multicast").
  * Of configs 10-20, measured 2026-12-05, each is the fastest on some of the 130 lab shapes (42 in
  * all), none alone beats 128 x 256: 256 x 192 in 3 stages (36 operand bytes per MMA cycle against
  * 128 x 256's 47; 192 accumulators per consumer thread; ptxas: no spills in its plain, chunks and
@@ -32,7 +33,11 @@
  * MMA cycle where L2 gives ~40) and paired read 37-53; each CTA loads BN/2 rows of column-major B
  * (whole 8-row swizzle atoms for any width in 16s), row-major B only at 128-column multiples. On
  * an H100 they are the fastest config on 23 of the 130 lab shapes, and the fastest-per-shape
- * over all configs 0.4% faster with them (docs/results, seventeenth session). Which config runs a shape is the policy's (the two tables below; docs/gemm_engine.md). */
+ * over all configs 0.4% faster with them (docs/results, seventeenth session). Configs 26-28, the
+ * same widths 144, 160 and 176 without a cluster, in ping-pong (2026-12-06, twenty-fourth
+ * session): on an H100 the fastest config on 51 of the 130 lab shapes, the fastest-per-shape over
+ * all configs 1.074 -> 1.059 of best cuBLAS (128 x 112/pp won none and is not a config). Which
+ * config runs a shape is the policy's (the two tables below; docs/gemm_engine.md). */
 #ifndef AGMM_KERNELS_GEMM_CONFIGS_H
 #define AGMM_KERNELS_GEMM_CONFIGS_H
 
@@ -62,7 +67,10 @@
     X(128, 160, 5, 1, 2, 0, 0, "128x160x64/s5/c2")  \
     X(128, 176, 5, 1, 2, 0, 0, "128x176x64/s5/c2")  \
     X(128, 192, 5, 1, 2, 0, 0, "128x192x64/s5/c2")  \
-    X(128, 112, 6, 1, 2, 0, 0, "128x112x64/s6/c2")
+    X(128, 112, 6, 1, 2, 0, 0, "128x112x64/s6/c2")  \
+    X(128, 144, 6, 1, 1, 0, 1, "128x144x64/s6/pp")  \
+    X(128, 160, 5, 1, 1, 0, 1, "128x160x64/s5/pp")  \
+    X(128, 176, 5, 1, 1, 0, 1, "128x176x64/s5/pp")
 
 /* The measured policy, one table per device kind (policy.h's agmm_gemm_device): X(rows, n, k,
  * "config name") per measured shape, the fastest config there. A plan whose shape lies near one of
@@ -74,12 +82,10 @@
  * and paste its rows here; check with the lab that the policy (config -1) then matches the
  * oracle line of gemm_ratio.py. Configs within about 2% of each other are within a run's noise.
  * H100 measured: 2026-12-06, one H100 80GB HBM3, `gemm-lab --configs all --reps 10` on the 31 seed
- * shapes at W = 1, 2, 4, 8 and the 6 model shapes, configs 0-25, GROUP_M 16, the bulk-store
- * epilogue (docs/results/h100_2026-12-06c/lab_all_bulk_store.csv: the B side of that session's
- * lab_ab.sh run), except 512 x 256 x 256: that run had 64 x 192/s6/pp within 2% of 64 x 128/s8,
- * and both later runs had 64 x 128/s8 10-12% faster (docs/results/h100_2026-12-06e/
- * lab_all_configs_call7.csv: 7.36 against 8.22 us; h100_2026-12-06f/lab_small_n_configs.csv: 6.53
- * against the policy's 7.23), so the row names 64 x 128/s8. */
+ * shapes at W = 1, 2, 4, 8 and the 6 model shapes, configs 0-28 and 128 x 112/s6/pp, GROUP_M 16
+ * (docs/results/h100_2026-12-06i/lab_all_pp_widths_1.csv). A second run right after it
+ * (lab_all_pp_widths_2.csv.xz) timed these picks at 1.063 of best cuBLAS (geomean over the 130
+ * shapes), its own fastest-per-shape 1.060, the table before 1.080. */
 #define AGMM_GEMM_MEASURED_H100(X) \
     X(256, 256, 256, "64x128x64/s8") \
     X(384, 384, 384, "64x128x64/s8") \
@@ -87,130 +93,130 @@
     X(512, 512, 512, "64x128x64/s8") \
     X(640, 640, 640, "64x128x64/s8") \
     X(768, 384, 384, "64x128x64/s8") \
-    X(768, 768, 768, "64x128x64/s8") \
+    X(768, 768, 768, "128x64x64/s8") \
     X(896, 896, 896, "64x128x64/s8") \
     X(1024, 256, 256, "64x128x64/s8") \
     X(1024, 512, 512, "64x128x64/s8") \
     X(1024, 1024, 1024, "64x128x64/s8") \
     X(1152, 1152, 1152, "64x192x64/s6/pp") \
     X(1280, 640, 640, "64x128x64/s8") \
-    X(1280, 1280, 1280, "128x128x64/s6/stk") \
+    X(1280, 1280, 1280, "128x128x64/s6") \
     X(1408, 1408, 1408, "128x128x64/s6") \
     X(1536, 384, 384, "64x128x64/s8") \
     X(1536, 768, 768, "64x192x64/s6/pp") \
-    X(1536, 1536, 1536, "128x192x64/s5") \
+    X(1536, 1536, 1536, "128x144x64/s6/pp") \
     X(1664, 1664, 1664, "128x192x64/s5") \
     X(1792, 896, 896, "128x128x64/s6") \
     X(1792, 1792, 1792, "128x256x64/s4") \
     X(1920, 1920, 1920, "128x256x64/s4") \
     X(2048, 256, 256, "64x128x64/s8") \
-    X(2048, 512, 512, "128x64x64/s8") \
+    X(2048, 512, 512, "64x128x64/s8") \
     X(2048, 1024, 1024, "128x128x64/s6") \
     X(2048, 2048, 2048, "128x256x64/s4") \
     X(2176, 2176, 2176, "128x160x64/s5/c2") \
     X(2304, 1152, 1152, "128x192x64/s5") \
     X(2304, 2304, 2304, "128x192x64/s5") \
-    X(2432, 2432, 2432, "128x192x64/s5/c2") \
-    X(2560, 640, 640, "128x128x64/s6") \
+    X(2432, 2432, 2432, "256x192x64/s3") \
+    X(2560, 640, 640, "128x128x64/s6/pp") \
     X(2560, 1280, 1280, "128x256x64/s4") \
-    X(2560, 2560, 2560, "128x144x64/s6/c2") \
-    X(2688, 2688, 2688, "128x256x64/s4/c2") \
+    X(2560, 2560, 2560, "128x144x64/s6/pp") \
+    X(2688, 2688, 2688, "128x160x64/s5/pp") \
     X(2816, 1408, 1408, "128x256x64/s4") \
     X(2816, 2816, 2816, "128x256x64/s4") \
-    X(2944, 2944, 2944, "192x192x64/s4") \
+    X(2944, 2944, 2944, "128x176x64/s5/pp") \
     X(3072, 384, 384, "64x192x64/s6/pp") \
     X(3072, 768, 768, "128x192x64/s5") \
     X(3072, 1536, 1536, "192x192x64/s4") \
     X(3072, 3072, 3072, "128x192x64/s5") \
-    X(3200, 3200, 3200, "128x160x64/s5/c2") \
-    X(3328, 1664, 1664, "128x192x64/s5") \
-    X(3328, 3328, 3328, "128x176x64/s5/c2") \
-    X(3456, 3456, 3456, "128x256x64/s4") \
-    X(3584, 896, 896, "128x256x64/s4") \
+    X(3200, 3200, 3200, "128x160x64/s5/pp") \
+    X(3328, 1664, 1664, "128x176x64/s5/pp") \
+    X(3328, 3328, 3328, "128x176x64/s5/pp") \
+    X(3456, 3456, 3456, "128x256x64/s4/sk") \
+    X(3584, 896, 896, "64x128x64/s8/pp") \
     X(3584, 1792, 1792, "64x256x64/s5/pp") \
     X(3584, 3584, 3584, "128x256x64/s4") \
-    X(3712, 3712, 3712, "128x256x64/s4/sk") \
-    X(3840, 1920, 1920, "128x256x64/s4") \
-    X(3840, 3840, 3840, "128x256x64/s4/sk") \
-    X(3968, 3968, 3968, "128x192x64/s5") \
+    X(3712, 3712, 3712, "128x176x64/s5/c2") \
+    X(3840, 1920, 1920, "128x160x64/s5/pp") \
+    X(3840, 3840, 3840, "128x176x64/s5/pp") \
+    X(3968, 3968, 3968, "128x160x64/s5/pp") \
     X(4096, 512, 512, "64x256x64/s5") \
-    X(4096, 1024, 1024, "128x256x64/s4") \
+    X(4096, 1024, 1024, "64x256x64/s5/pp") \
     X(4096, 2048, 2048, "128x256x64/s4") \
     X(4096, 4096, 4096, "128x256x64/s4") \
-    X(4352, 2176, 2176, "128x160x64/s5/c2") \
-    X(4608, 1152, 1152, "128x192x64/s5") \
+    X(4352, 2176, 2176, "128x160x64/s5/pp") \
+    X(4608, 1152, 1152, "128x176x64/s5/pp") \
     X(4608, 2304, 2304, "64x256x64/s5/pp") \
-    X(4864, 2432, 2432, "128x256x64/s4/c2") \
-    X(5120, 640, 640, "128x256x64/s4") \
-    X(5120, 1280, 1280, "64x256x64/s5/pp") \
-    X(5120, 2560, 2560, "128x160x64/s5/c2") \
+    X(4864, 2432, 2432, "128x144x64/s6/pp") \
+    X(5120, 640, 640, "128x128x64/s6") \
+    X(5120, 1280, 1280, "128x144x64/s6/pp") \
+    X(5120, 2560, 2560, "128x160x64/s5/pp") \
     X(5376, 2688, 2688, "192x192x64/s4") \
-    X(5632, 1408, 1408, "128x256x64/s4") \
+    X(5632, 1408, 1408, "128x160x64/s5/pp") \
     X(5632, 2816, 2816, "128x192x64/s5/c2") \
-    X(5888, 2944, 2944, "128x176x64/s5/c2") \
+    X(5888, 2944, 2944, "128x176x64/s5/pp") \
     X(6144, 768, 768, "64x192x64/s6/pp") \
     X(6144, 1536, 1536, "128x192x64/s5") \
     X(6144, 3072, 3072, "128x192x64/s5") \
     X(6400, 3200, 3200, "128x256x64/s4/c2") \
     X(6656, 1664, 1664, "128x256x64/s4/c2") \
-    X(6656, 3328, 3328, "128x256x64/s4/sk") \
-    X(6912, 3456, 3456, "192x192x64/s4") \
+    X(6656, 3328, 3328, "128x176x64/s5/pp") \
+    X(6912, 3456, 3456, "128x144x64/s6/pp") \
     X(7168, 896, 896, "128x128x64/s6/pp") \
     X(7168, 1792, 1792, "128x256x64/s4") \
     X(7168, 3584, 3584, "128x256x64/s4") \
     X(7424, 3712, 3712, "128x192x64/s5/c2") \
-    X(7680, 1920, 1920, "128x176x64/s5/c2") \
-    X(7680, 3840, 3840, "128x256x64/s4") \
-    X(7936, 3968, 3968, "256x192x64/s3") \
+    X(7680, 1920, 1920, "128x176x64/s5/pp") \
+    X(7680, 3840, 3840, "128x176x64/s5/pp") \
+    X(7936, 3968, 3968, "128x160x64/s5/pp") \
     X(8192, 1024, 1024, "128x256x64/s4") \
     X(8192, 1792, 4096, "64x256x64/s5/pp") \
-    X(8192, 2048, 2048, "128x256x64/s4") \
+    X(8192, 2048, 2048, "128x256x64/s4/sk") \
     X(8192, 3584, 8192, "128x256x64/s4") \
-    X(8192, 3696, 8192, "256x128x64/s4/stk") \
+    X(8192, 3696, 8192, "128x176x64/s5/pp") \
     X(8192, 4096, 1792, "128x256x64/s4") \
-    X(8192, 4096, 4096, "128x256x64/s4/sk") \
-    X(8192, 8192, 3584, "64x256x64/s5/pp") \
+    X(8192, 4096, 4096, "64x256x64/s5/pp") \
+    X(8192, 8192, 3584, "128x176x64/s5/pp") \
     X(8192, 8192, 3696, "128x256x64/s4/c2") \
-    X(8704, 2176, 2176, "128x256x64/s4/c2") \
-    X(9216, 1152, 1152, "128x128x64/s6/pp") \
+    X(8704, 2176, 2176, "128x256x64/s4") \
+    X(9216, 1152, 1152, "128x144x64/s6/pp") \
     X(9216, 2304, 2304, "128x256x64/s4") \
-    X(9728, 2432, 2432, "128x256x64/s4") \
-    X(10240, 1280, 1280, "64x256x64/s5/pp") \
-    X(10240, 2560, 2560, "128x256x64/s4/sk") \
-    X(10752, 2688, 2688, "128x192x64/s5") \
-    X(11264, 1408, 1408, "128x256x64/s4/c2") \
-    X(11264, 2816, 2816, "64x256x64/s5/pp") \
-    X(11776, 2944, 2944, "128x256x64/s4/sk") \
+    X(9728, 2432, 2432, "128x144x64/s6/pp") \
+    X(10240, 1280, 1280, "128x160x64/s5/pp") \
+    X(10240, 2560, 2560, "128x160x64/s5/pp") \
+    X(10752, 2688, 2688, "128x160x64/s5/pp") \
+    X(11264, 1408, 1408, "128x176x64/s5/pp") \
+    X(11264, 2816, 2816, "128x176x64/s5/pp") \
+    X(11776, 2944, 2944, "128x176x64/s5/pp") \
     X(12288, 1536, 1536, "128x192x64/s5") \
     X(12288, 3072, 3072, "64x256x64/s5/pp") \
-    X(12800, 3200, 3200, "128x192x64/s5") \
+    X(12800, 3200, 3200, "128x160x64/s5/pp") \
     X(13312, 1664, 1664, "192x192x64/s4") \
-    X(13312, 3328, 3328, "64x256x64/s5/pp") \
-    X(13824, 3456, 3456, "128x192x64/s5") \
+    X(13312, 3328, 3328, "128x176x64/s5/pp") \
+    X(13824, 3456, 3456, "128x144x64/s6/pp") \
     X(14336, 1792, 1792, "128x256x64/s4") \
-    X(14336, 3584, 3584, "128x256x64/s4") \
-    X(14848, 3712, 3712, "256x128x64/s4") \
-    X(15360, 1920, 1920, "256x128x64/s4") \
-    X(15360, 3840, 3840, "64x256x64/s5/pp") \
-    X(15872, 3968, 3968, "256x128x64/s4") \
+    X(14336, 3584, 3584, "64x256x64/s5/pp") \
+    X(14848, 3712, 3712, "128x144x64/s6/pp") \
+    X(15360, 1920, 1920, "128x176x64/s5/pp") \
+    X(15360, 3840, 3840, "128x176x64/s5/pp") \
+    X(15872, 3968, 3968, "128x160x64/s5/pp") \
     X(16384, 2048, 2048, "128x256x64/s4") \
-    X(16384, 4096, 4096, "64x256x64/s5/pp") \
+    X(16384, 4096, 4096, "128x160x64/s5/pp") \
     X(17408, 2176, 2176, "256x128x64/s4") \
-    X(18432, 2304, 2304, "128x256x64/s4") \
-    X(19456, 2432, 2432, "256x128x64/s4") \
-    X(20480, 2560, 2560, "128x256x64/s4/sk") \
-    X(21504, 2688, 2688, "128x192x64/s5") \
-    X(22528, 2816, 2816, "128x256x64/s4") \
-    X(23552, 2944, 2944, "128x256x64/s4/c2") \
-    X(24576, 3072, 3072, "128x256x64/s4/sk") \
-    X(25600, 3200, 3200, "256x128x64/s4") \
-    X(26624, 3328, 3328, "64x256x64/s5/pp") \
-    X(27648, 3456, 3456, "256x192x64/s3") \
-    X(28672, 3584, 3584, "128x256x64/s4") \
-    X(29696, 3712, 3712, "128x128x64/s6/c2") \
-    X(30720, 3840, 3840, "64x256x64/s5/pp") \
-    X(31744, 3968, 3968, "128x192x64/s5") \
-    X(32768, 4096, 4096, "128x256x64/s4")
+    X(18432, 2304, 2304, "128x144x64/s6/pp") \
+    X(19456, 2432, 2432, "128x144x64/s6/pp") \
+    X(20480, 2560, 2560, "128x160x64/s5/pp") \
+    X(21504, 2688, 2688, "128x160x64/s5/pp") \
+    X(22528, 2816, 2816, "128x176x64/s5/pp") \
+    X(23552, 2944, 2944, "128x176x64/s5/pp") \
+    X(24576, 3072, 3072, "64x256x64/s5/pp") \
+    X(25600, 3200, 3200, "128x160x64/s5/pp") \
+    X(26624, 3328, 3328, "128x176x64/s5/pp") \
+    X(27648, 3456, 3456, "128x144x64/s6/pp") \
+    X(28672, 3584, 3584, "128x144x64/s6/pp") \
+    X(29696, 3712, 3712, "256x128x64/s4") \
+    X(30720, 3840, 3840, "128x160x64/s5/pp") \
+    X(31744, 3968, 3968, "256x192x64/s3") \
+    X(32768, 4096, 4096, "128x256x64/s4/sk")
 
 /* H200 measured: 2026-12-05, one H200, `gemm-lab --configs all --reps 10` on the 31 seed shapes at
  * W = 1, 2, 4, 8 and the 6 model shapes, configs 0-20 (docs/results/h200_2026-12-05c/lab_all.csv).
@@ -360,40 +366,43 @@
  * and paste its rows here; `python3 bench/policy_loo.py lab.csv --fit` then shows the cost model
  * as good as "fitted on all shapes", and cross-validated (each half of the shapes judged by a fit
  * on the other) how it does on shapes it was not fitted on.
- * H100 fitted: the run of the measured table (docs/results/h100_2026-12-06c/lab_all_bulk_store.csv;
- * GROUP_M 16, configs 0-25, the bulk-store epilogue). There, judged on the 130 shapes as if each
- * were unmeasured, 1.089 of best cuBLAS (geomean, cross-validated), the oracle 1.069.
+ * H100 fitted: the run of the measured table (docs/results/h100_2026-12-06i/lab_all_pp_widths_1.csv;
+ * GROUP_M 16, configs 0-28). There, judged on the 130 shapes as if each were unmeasured, 1.079 of
+ * best cuBLAS (geomean, cross-validated), the oracle 1.059.
  * H200 fitted: the run of the measured table (docs/results/h200_2026-12-05c/lab_all.csv; GROUP_M
  * 8). There, judged on the 130 shapes as if each were unmeasured, 1.097 of best cuBLAS
  * (geomean, cross-validated) where the model before the fits (waves x BM x BN / a guessed rate,
  * five configs) gave 1.124; the oracle 1.086 (docs/results, seventeenth session). */
 #define AGMM_GEMM_FITTED_H100(X) \
-    X("128x256x64/s4", 0.3288, 1.426, 5.070) \
-    X("128x128x64/s6", 0.3946, 0.047, 5.794) \
-    X("128x64x64/s8", 0.6797, 0.000, 5.050) \
-    X("128x256x64/s4/c2", 0.3388, 0.399, 6.921) \
-    X("128x128x64/s6/c2", 0.3778, 0.000, 7.172) \
-    X("128x192x64/s5", 0.3435, 0.678, 5.695) \
-    X("256x128x64/s4", 0.3374, 1.830, 4.637) \
-    X("64x256x64/s5", 0.3882, 0.968, 5.006) \
-    X("64x128x64/s8", 0.5120, 0.000, 5.484) \
-    X("128x256x64/s4/sk", 0.3284, 0.797, 7.272) \
-    X("128x128x64/s6/pp", 0.3859, 0.000, 6.421) \
-    X("64x256x64/s5/pp", 0.3749, 0.772, 5.817) \
-    X("64x128x64/s8/pp", 0.5240, 0.000, 5.445) \
-    X("64x192x64/s6/pp", 0.4522, 0.118, 5.593) \
-    X("128x256x64/s4/stk", 0.3474, 1.292, 5.427) \
-    X("256x128x64/s4/stk", 0.3436, 2.460, 4.610) \
-    X("128x128x64/s6/stk", 0.3940, 0.529, 5.996) \
-    X("256x192x64/s3", 0.3249, 4.428, 2.597) \
-    X("256x192x64/s3/stk", 0.3353, 5.955, 2.516) \
-    X("192x192x64/s4", 0.3294, 2.674, 4.479) \
-    X("192x192x64/s4/stk", 0.3347, 2.711, 4.879) \
-    X("128x144x64/s6/c2", 0.3762, 0.568, 7.216) \
-    X("128x160x64/s5/c2", 0.3661, 0.442, 7.211) \
-    X("128x176x64/s5/c2", 0.3610, 0.445, 7.338) \
-    X("128x192x64/s5/c2", 0.3482, 0.000, 7.260) \
-    X("128x112x64/s6/c2", 0.4334, 0.322, 7.007) \
+    X("128x256x64/s4", 0.3334, 1.384, 5.244) \
+    X("128x128x64/s6", 0.3935, 0.000, 6.029) \
+    X("128x64x64/s8", 0.6801, 0.000, 5.144) \
+    X("128x256x64/s4/c2", 0.3415, 0.511, 6.862) \
+    X("128x128x64/s6/c2", 0.3778, 0.000, 7.257) \
+    X("128x192x64/s5", 0.3462, 0.632, 5.924) \
+    X("256x128x64/s4", 0.3394, 1.850, 4.760) \
+    X("64x256x64/s5", 0.3939, 0.716, 5.387) \
+    X("64x128x64/s8", 0.5096, 0.000, 5.701) \
+    X("128x256x64/s4/sk", 0.3307, 0.823, 7.242) \
+    X("128x128x64/s6/pp", 0.3842, 0.000, 6.615) \
+    X("64x256x64/s5/pp", 0.3783, 0.675, 5.940) \
+    X("64x128x64/s8/pp", 0.5216, 0.000, 5.621) \
+    X("64x192x64/s6/pp", 0.4454, 0.289, 5.573) \
+    X("128x256x64/s4/stk", 0.3477, 1.428, 5.511) \
+    X("256x128x64/s4/stk", 0.3463, 2.494, 4.574) \
+    X("128x128x64/s6/stk", 0.3944, 0.420, 6.330) \
+    X("256x192x64/s3", 0.3263, 4.630, 2.487) \
+    X("256x192x64/s3/stk", 0.3351, 6.296, 2.369) \
+    X("192x192x64/s4", 0.3285, 3.131, 4.126) \
+    X("192x192x64/s4/stk", 0.3347, 2.936, 4.832) \
+    X("128x144x64/s6/c2", 0.3748, 0.674, 7.198) \
+    X("128x160x64/s5/c2", 0.3648, 0.583, 7.241) \
+    X("128x176x64/s5/c2", 0.3608, 0.564, 7.274) \
+    X("128x192x64/s5/c2", 0.3505, 0.000, 7.379) \
+    X("128x112x64/s6/c2", 0.4359, 0.465, 7.037) \
+    X("128x144x64/s6/pp", 0.3741, 0.439, 6.868) \
+    X("128x160x64/s5/pp", 0.3536, 0.044, 7.334) \
+    X("128x176x64/s5/pp", 0.3439, 0.535, 6.988) \
 
 #define AGMM_GEMM_FITTED_H200(X) \
     X("128x256x64/s4", 0.3436, 1.174, 4.758) \
