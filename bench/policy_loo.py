@@ -106,8 +106,11 @@ def main():
     def us(rows, c):
         return float(rows[c]["engine_us"])
 
-    # the correct forced configs of every shape, and the fastest of them (gemm_ratio.py's, as --policy-table)
-    forced = {k: {c: r for c, r in rows.items() if c >= 0 and ok(r)} for k, rows in lab.items()}
+    # the correct forced configs of every shape that gemm_configs.h still has (a run may hold configs
+    # tried and dropped), and the fastest of them (gemm_ratio.py's, as --policy-table)
+    known = {r[-1] for r in macro_rows("AGMM_GEMM_CONFIGS")}
+    forced = {k: {c: r for c, r in rows.items() if c >= 0 and ok(r) and r["config"].split()[0] in known}
+              for k, rows in lab.items()}
     forced = {k: rows for k, rows in forced.items() if rows}
     winner = {k: int(fastest(rows)["config_req"]) for k, rows in forced.items()}
     best_of = {k: best_cublas(k, lab[k], torch_us)[0] for k in forced}
