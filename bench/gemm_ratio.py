@@ -26,6 +26,7 @@ import argparse
 import collections
 import csv
 import math
+import os
 import re
 import sys
 
@@ -191,12 +192,22 @@ def print_self_check(lab):
             print(f"| {name} | {len(r)} | {geomean(r):.3f} | {min(r):.3f} | {max(r):.3f} |")
 
 
+def library_configs():
+    """The config names gemm_configs.h's AGMM_GEMM_CONFIGS has now: a lab run may hold configs tried
+    and dropped since, which neither table may name."""
+    text = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src/kernels/gemm/gemm_configs.h")).read()
+    body = re.search(r"#define AGMM_GEMM_CONFIGS\(X\)(.*?)(?:\n\n|\Z)", text, re.S).group(1)
+    return set(re.findall(r'X\([^)]*"([^"]+)"\)', body))
+
+
 def policy_table(lab, device):
-    """The fastest correct engine config per measured shape, as rows of AGMM_GEMM_MEASURED_<device>."""
+    """The fastest correct engine config of the library's per measured shape, as rows of
+    AGMM_GEMM_MEASURED_<device>."""
+    known = library_configs()
     print(f"#define AGMM_GEMM_MEASURED_{device}(X) \\")
     lines = []
     for k, rows in sorted(lab.items(), key=lambda kv: kv[0][2:]):
-        best = fastest(rows)
+        best = fastest({c: r for c, r in rows.items() if config_name(r) in known})
         if best:
             lines.append(f'    X({k[2]}, {k[3]}, {k[4]}, "{config_name(best)}")')
     print(" \\\n".join(lines))

@@ -31,7 +31,7 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gemm_ratio import best_cublas, fastest, geomean, load, ok  # noqa: E402
+from gemm_ratio import best_cublas, fastest, geomean, library_configs, load, ok  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
@@ -108,7 +108,7 @@ def main():
 
     # the correct forced configs of every shape that gemm_configs.h still has (a run may hold configs
     # tried and dropped), and the fastest of them (gemm_ratio.py's, as --policy-table)
-    known = {r[-1] for r in macro_rows("AGMM_GEMM_CONFIGS")}
+    known = library_configs()
     forced = {k: {c: r for c, r in rows.items() if c >= 0 and ok(r) and r["config"].split()[0] in known}
               for k, rows in lab.items()}
     forced = {k: rows for k, rows in forced.items() if rows}
