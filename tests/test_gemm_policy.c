@@ -175,16 +175,17 @@ void test_gemm_policy_model(void)
 {
     /* Worked out from gemm_configs.h's AGMM_GEMM_FITTED_H200 (regenerating it may move them): a run costs
      * waves x (a x BM x BN x K ps + b us) + c us, on 132 CTAs.
-     * W = 8, M = 256 (2048 x 256 x 256): one wave whatever the tile; 64 x 128's 5.96 us against its
-     * ping-pong twin's 5.98 and 64 x 192's 6.27. */
+     * W = 8, M = 256 (2048 x 256 x 256): one wave whatever the tile; 128 x 64's 6.66 us against
+     * 64 x 128's 6.86 and its ping-pong twin's 6.96. */
     agmm_gemm_problem small = problem(8, 256, 256, 256, SMS);
-    /* W = 1, 2176^3: 108 tiles of 256 x 192, one wave (41.7 us), against its stream-K twin's 42.8
-     * and two waves of 128 x 192 (45.4); the lab measured 256 x 192 the fastest there. */
+    /* W = 1, 2176^3: two waves of 238 tiles of 128 x 160 in ping-pong (37.9 us), against the same
+     * tile in pairs (40.2) and one wave of 256 x 192 (41.8); the lab measured 128 x 160 ping-pong the
+     * fastest there. */
     agmm_gemm_problem odd = problem(1, 2176, 2176, 2176, SMS);
-    /* W = 1, 4096^3: four waves of 128 x 256 with the split tail (193.1 us) against 128 x 256's four
-     * without it (193.9) and 256 x 128's stream-K (195.1). */
+    /* W = 1, 4096^3: four waves of 128 x 256 with the split tail (188.6 us) against 128 x 256's four
+     * without it (191.7) and 256 x 128's (193.3). */
     agmm_gemm_problem large = problem(1, 4096, 4096, 4096, SMS);
-    const int want_s = agmm_gemm_config_find("64x128x64/s8"), want_o = agmm_gemm_config_find("256x192x64/s3"),
+    const int want_s = agmm_gemm_config_find("128x64x64/s8"), want_o = agmm_gemm_config_find("128x160x64/s5/pp"),
               want_l = agmm_gemm_config_find("128x256x64/s4/sk");
     const int cs = agmm_gemm_policy_model(&small), co = agmm_gemm_policy_model(&odd),
               cl = agmm_gemm_policy_model(&large);
