@@ -220,9 +220,9 @@
 
 /* H200 measured: 2026-12-06, one H200, `gemm-lab --configs all --reps 10` on the 31 seed shapes at
  * W = 1, 2, 4, 8 and the 6 model shapes, configs 0-28, GROUP_M 16 (bench/engine_lab.sh;
- * docs/results/h200_2026-12-06j/lab_all.csv). In that run the table before (configs 0-20, GROUP_M
- * 8) timed 1.099 of cuBLASLt's best of 16 (geomean over the 130 shapes), its fastest-per-shape
- * 1.059: these picks are that oracle's, not yet timed in a run of their own. */
+ * docs/results/h200_2026-12-06j/lab_all.csv). In that run the table before (measured on configs
+ * 0-20 under GROUP_M 8) timed 1.099 of cuBLASLt's best of 16 (geomean over the 130 shapes), the
+ * fastest config per shape 1.059: these picks are that oracle's, not yet timed in a run of their own. */
 #define AGMM_GEMM_MEASURED_H200(X) \
     X(256, 256, 256, "64x128x64/s8") \
     X(384, 384, 384, "64x128x64/s8") \
