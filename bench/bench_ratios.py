@@ -65,5 +65,6 @@ def main():
             geo_n = f"{geomean(base):.3f}" if base else "-"
             print(f"| {name} | {max(len(eng), len(base))} | {geo_e} | {worst} | {geo_n} |")
 
+
 if __name__ == "__main__":
     main()
