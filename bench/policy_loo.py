@@ -31,7 +31,7 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gemm_ratio import best_cublas, fastest, geomean, library_configs, load, ok  # noqa: E402
+from gemm_ratio import best_cublas, config_name, fastest, geomean, library_configs, load, ok  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
@@ -109,12 +109,12 @@ def main():
     # the correct forced configs of every shape that gemm_configs.h still has (a run may hold configs
     # tried and dropped), and the fastest of them (gemm_ratio.py's, as --policy-table)
     known = library_configs()
-    forced = {k: {c: r for c, r in rows.items() if c >= 0 and ok(r) and r["config"].split()[0] in known}
+    forced = {k: {c: r for c, r in rows.items() if c >= 0 and ok(r) and config_name(r) in known}
               for k, rows in lab.items()}
     forced = {k: rows for k, rows in forced.items() if rows}
     winner = {k: int(fastest(rows)["config_req"]) for k, rows in forced.items()}
     best_of = {k: best_cublas(k, lab[k], torch_us)[0] for k in forced}
-    name_of = {c: row["config"].split()[0] for rows in forced.values() for c, row in rows.items()}
+    name_of = {c: config_name(row) for rows in forced.values() for c, row in rows.items()}
 
     def waves_macs(row, k):
         """A forced run's waves (tiles over CTAs, rounded up) and one tile's multiply-adds, from its
