@@ -7,7 +7,8 @@
  * (my copy stream to my compute stream), so it is an event, not a flag: nothing there waits for a
  * peer, nothing needs a bound. One event serves every chunk: cudaStreamWaitEvent binds to the
  * record made just before it, so the next record cannot disturb an earlier wait. At W = 1 there
- * are no barriers: the run is the GEMM and, beside it, one device-to-device copy of the shard.
+ * are no barriers: the run is the GEMM and, beside it, one device-to-device copy of the shard
+ * (after it, on the caller's stream, where that is the legacy default stream: gpu_run).
  * Plan time: the GEMMs' descriptors and algorithms (one for the shard, one or two chunk heights),
  * a workspace, an event; where ranks share a GPU, each GEMM is also run once so its kernel is
  * loaded before any run can spin in a barrier.
@@ -114,6 +115,7 @@ static const agmm_backend_impl ce_cpu_impl = {
 /* ---- GPUs ---- */
 #ifdef AGMM_HAVE_CUDA
 #include "gemm_lt.h"
+#include "../kernels/copy_after.h"
 #include "../world/gpu_check.h"
 #include "../world/rank_gpu.h"
 
@@ -244,12 +246,40 @@ fail:
     return st;
 }
 
+/* W = 1 on the legacy default stream: the GEMM, then the shard's copy into the gathered A on the
+ * same stream (copy_after.h). Elsewhere the copy runs on the copy stream beside the GEMM, ordered
+ * by two events; on the legacy stream each costs ~0.9 us, more than a copy of a small shard after
+ * the GEMM does (cuBLASLt's kernels do not let a dependent start early, so the copy follows the
+ * GEMM). Measured on an H100 (docs/results, twenty-sixth session), ce at W = 1 on the legacy
+ * stream with the copy after / with the events: 256^3 7.8 / 9.4 us, 1024^3 11.8 / 13.2, 1536^3
+ * (a 4.5 MiB shard) 19.1 / 19.5, 2048^3 (8 MiB) 34.0 / 33.1; on a created stream the events won
+ * everywhere (256^3 7.2 against 7.9). */
+#define CE_COPY_AFTER_MAX_BYTES (6u << 20)
+
+static agmm_status gpu_start_alone(agmm_plan *plan, const agmm_ag_matmul_io *io, cudaStream_t s, void *arg)
+{
+    agmm_status st = AGMM_SUCCESS;
+    const agmm_ag_matmul_desc *d = &plan->desc.mm;
+    AGMM_TRY(st, gpu_start(plan, io, s, arg));
+    AGMM_CUDA_TRY(st, agmm_ctx_err(plan->ctx),
+                  agmm_launch_copy_after(io->a_gathered, agmm_plan_in(plan), (size_t)(d->m * d->k) * 2, s));
+fail:
+    return st;
+}
+
 static const agmm_gather_gpu_hooks ce_hooks = {gpu_start, gpu_landed, 0};
+static const agmm_gather_gpu_hooks ce_hooks_alone = {gpu_start_alone, gpu_landed, 1};
 
 static agmm_status gpu_run(agmm_plan *plan, const void *io, void *stream)
 {
     ce_gpu *x = plan->state;
-    return agmm_gather_gpu_run(plan, &x->gather, io, (cudaStream_t)stream, &ce_hooks, x);
+    const agmm_ag_matmul_desc *d = &plan->desc.mm;
+    cudaStream_t s = (cudaStream_t)stream;
+    const int legacy = s == NULL || s == cudaStreamLegacy;
+    const int alone = agmm_ctx_info(plan->ctx)->nranks == 1 && legacy &&
+                      (uint64_t)(d->m * d->k) * 2 <= CE_COPY_AFTER_MAX_BYTES;
+    const agmm_gather_gpu_hooks *h = alone ? &ce_hooks_alone : &ce_hooks;
+    return agmm_gather_gpu_run(plan, &x->gather, io, s, h, x);
 }
 
 /* The GEMMs' workspace, and where ranks share a device the scratch B and C of warm_gemms. */

@@ -7,7 +7,7 @@
  * ~2e-3) and the second call's C must be exactly minus the first's (negation is exact in every
  * rounding step, so this checks the second epoch with no second reference). Shapes include odd
  * M and N, splits that do not divide M, and both B layouts. At W = 1 (real NCCL) ce and nccl
- * must also agree exactly. Emulated worlds of 2 to 8 ranks share one GPU (nccl is
+ * must also agree exactly, and every backend runs once more on the legacy default stream. Emulated worlds of 2 to 8 ranks share one GPU (nccl is
  * skipped there, loudly, as the library reports). */
 #include <math.h>
 #include <stdatomic.h>
@@ -38,6 +38,7 @@ typedef struct {
     mm_shape sh;
     const char *backend;
     int nranks;
+    int legacy;                /* W = 1: run on the legacy default stream (PyTorch's current one) */
     const uint16_t *a[2];      /* W*m*k, the shards in rank order: call 0 uses a[0], call 1 a[1] = -a[0] */
     const uint16_t *b;         /* k x n in sh.layout, the same on every rank */
     uint16_t *ag[2][AGMM_MAX_RANKS];
@@ -74,7 +75,8 @@ static agmm_status mm_rank(agmm_ctx *ctx, void *arg)
      * stalls both until the barrier's timeout. So: everything allocated and B uploaded before
      * planning (which ends with the ranks meeting), and only pinned buffers and memsets between
      * runs. */
-    RANK_STREAM(res, rank, s, 0);
+    if (!j->legacy)
+        RANK_STREAM(res, rank, s, 0);
     RANK_CUDA(res, rank, cudaMalloc(&d_b, b * 2));
     RANK_CUDA(res, rank, cudaMalloc(&d_ag, ag * 2));
     RANK_CUDA(res, rank, cudaMalloc(&d_c, c * 2));
@@ -102,8 +104,7 @@ static agmm_status mm_rank(agmm_ctx *ctx, void *arg)
         memcpy(j->c[it][rank], h_c, c * 2);
     }
 done:
-    if (s)
-        cudaStreamSynchronize(s);
+    cudaStreamSynchronize(s);
     agmm_plan_destroy(plan); /* collective (the ranks meet first): after a failure too */
     cudaFree(d_b);
     cudaFree(d_ag);
@@ -156,17 +157,18 @@ static int inputs_make(mm_inputs *in, int nranks, const mm_shape *sh, uint64_t s
 }
 
 /* Runs one backend on one shape in world w and checks every rank; returns rank 0's C of call 0
- * (caller frees) when keep_c, else NULL. */
-static uint16_t *mm_case(agmm_world *w, const char *backend, const mm_shape *sh, const mm_inputs *in, int keep_c)
+ * (caller frees) when keep_c, else NULL. legacy: on the legacy default stream (W = 1 only). */
+static uint16_t *mm_case_on(agmm_world *w, const char *backend, const mm_shape *sh, const mm_inputs *in, int keep_c,
+                            int legacy)
 {
     int nranks = agmm_world_nranks(w);
     size_t ag = (size_t)nranks * (size_t)(sh->m * sh->k), c = (size_t)nranks * (size_t)(sh->m * sh->n);
     mm_job *j = calloc(1, sizeof *j);
     uint16_t *kept = NULL;
     char what[256];
-    snprintf(what, sizeof what, "ag_matmul/%s W=%d M=%lld N=%lld K=%lld B=%s splits=%d", backend,
+    snprintf(what, sizeof what, "ag_matmul/%s W=%d M=%lld N=%lld K=%lld B=%s splits=%d%s", backend,
              nranks, (long long)sh->m, (long long)sh->n, (long long)sh->k,
-             sh->layout == AGMM_LAYOUT_COL_MAJOR ? "col" : "row", sh->splits);
+             sh->layout == AGMM_LAYOUT_COL_MAJOR ? "col" : "row", sh->splits, legacy ? " legacy stream" : "");
     if (j == NULL) {
         agmm_check(0, "%s: out of host memory", what);
         return NULL;
@@ -174,6 +176,7 @@ static uint16_t *mm_case(agmm_world *w, const char *backend, const mm_shape *sh,
     j->sh = *sh;
     j->backend = backend;
     j->nranks = nranks;
+    j->legacy = legacy;
     j->a[0] = in->a;
     j->a[1] = in->a_neg;
     j->b = in->b;
@@ -246,6 +249,11 @@ out:
     return kept;
 }
 
+static uint16_t *mm_case(agmm_world *w, const char *backend, const mm_shape *sh, const mm_inputs *in, int keep_c)
+{
+    return mm_case_on(w, backend, sh, in, keep_c, 0);
+}
+
 /* Every ag_matmul backend of the library's table that world w offers, on one shape; the C of
  * `nccl` and `ce` in *c_nccl, *c_ce where those are not NULL (caller frees). */
 static void mm_every_backend(agmm_world *w, const mm_shape *sh, const mm_inputs *in, uint16_t **c_nccl,
@@ -291,6 +299,11 @@ void test_ag_matmul_w1(void)
         }
         free(c_nccl);
         free(c_ce);
+        /* On the legacy default stream too, where ce copies the shard after its GEMM on that one
+         * stream (ag_matmul_ce.c) and the other backends run as they do elsewhere. */
+        for (int b = 0; agmm_backend_name(AGMM_OP_AG_MATMUL, b) != NULL; b++)
+            if (agmm_backend_available(w, AGMM_OP_AG_MATMUL, agmm_backend_name(AGMM_OP_AG_MATMUL, b), NULL, 0))
+                mm_case_on(w, agmm_backend_name(AGMM_OP_AG_MATMUL, b), &shapes[i], &in, 0, 1);
         inputs_free(&in);
     }
     agmm_world_destroy(w);
