@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "copy_after.h"
+#include "copy_vecs.cuh"
 
 #define COPY_AFTER_THREADS 256
 #define COPY_AFTER_ILP 4
@@ -14,18 +15,7 @@
 __global__ void __launch_bounds__(COPY_AFTER_THREADS) copy_after_kernel(uint4 *dst, const uint4 *src, int64_t n)
 {
     const int64_t stride = (int64_t)gridDim.x * COPY_AFTER_THREADS;
-    int64_t i = (int64_t)blockIdx.x * COPY_AFTER_THREADS + threadIdx.x;
-    for (; i + (COPY_AFTER_ILP - 1) * stride < n; i += COPY_AFTER_ILP * stride) {
-        uint4 v[COPY_AFTER_ILP];
-#pragma unroll
-        for (int u = 0; u < COPY_AFTER_ILP; u++)
-            v[u] = __ldg(src + i + u * stride);
-#pragma unroll
-        for (int u = 0; u < COPY_AFTER_ILP; u++)
-            dst[i + u * stride] = v[u];
-    }
-    for (; i < n; i += stride)
-        dst[i] = __ldg(src + i);
+    agmm_copy_vecs<COPY_AFTER_ILP>(src, dst, (int64_t)blockIdx.x * COPY_AFTER_THREADS + threadIdx.x, n, stride);
     asm volatile("griddepcontrol.wait;" ::: "memory");
 }
 

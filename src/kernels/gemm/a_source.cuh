@@ -46,6 +46,7 @@
 #include <stdint.h>
 
 #include "kernels/bounded_wait.cuh"
+#include "kernels/copy_vecs.cuh"
 #include "kernels/gemm/params.h"
 #include "kernels/gemm/ring.cuh"
 #include "kernels/gemm/tile_sched.cuh"
@@ -102,23 +103,9 @@ __device__ __forceinline__ a_tile plain_tile(const gemm_a_plain &a, const tile_j
 #define GEMM_COPY_ILP 2
 static __device__ __noinline__ void copy_shard_share(const gemm_a_plain &a, int t)
 {
-    const int T = GEMM_COPY_THREADS;
     const int64_t lo = (int64_t)blockIdx.x * a.copy_per_cta;
     const int64_t hi = lo + a.copy_per_cta < a.copy_vecs ? lo + a.copy_per_cta : a.copy_vecs;
-    const uint4 *src = (const uint4 *)a.copy_src;
-    uint4 *dst = (uint4 *)a.copy_dst;
-    int64_t i = lo + t;
-    for (; i + (GEMM_COPY_ILP - 1) * T < hi; i += GEMM_COPY_ILP * T) {
-        uint4 v[GEMM_COPY_ILP];
-#pragma unroll
-        for (int u = 0; u < GEMM_COPY_ILP; u++)
-            v[u] = __ldg(src + i + u * T);
-#pragma unroll
-        for (int u = 0; u < GEMM_COPY_ILP; u++)
-            dst[i + u * T] = v[u];
-    }
-    for (; i < hi; i += T)
-        dst[i] = __ldg(src + i);
+    agmm_copy_vecs<GEMM_COPY_ILP>((const uint4 *)a.copy_src, (uint4 *)a.copy_dst, lo + t, hi, GEMM_COPY_THREADS);
 }
 
 __device__ __forceinline__ void plain_prefetch(const gemm_a_plain &a)
