@@ -7,8 +7,9 @@
  * ~2e-3) and the second call's C must be exactly minus the first's (negation is exact in every
  * rounding step, so this checks the second epoch with no second reference). Shapes include odd
  * M and N, splits that do not divide M, and both B layouts. At W = 1 (real NCCL) ce and nccl
- * must also agree exactly, and every backend runs once more on the legacy default stream. Emulated worlds of 2 to 8 ranks share one GPU (nccl is
- * skipped there, loudly, as the library reports). */
+ * must also agree exactly, and every backend runs once more on the legacy default stream.
+ * Emulated worlds of 2 to 8 ranks share one GPU (nccl is skipped there, loudly, as the library
+ * reports). */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdint.h>
