@@ -7,7 +7,8 @@
  *   engine 256^3     8 CTAs x 384 threads, 217,088 B dynamic shared memory (64x192/s6/pp)
  *   engine, no smem  the same without shared memory
  *   engine 132 CTAs  a full persistent grid with that shared memory
- *   cuBLAS 256^3     128 CTAs x 384 threads in clusters of 2, 164,308 B (nvjet 64x8, 16 stages)
+ *   cuBLAS 256^3     128 CTAs in clusters of 2, 164,308 B (nvjet 64x8, 16 stages; ncu's grid and
+ *                    shared memory), at 384 threads (assumed: ncu's LaunchStats gives nvjet's own)
  *   one CTA          1 x 32, nothing: the floor
  * each empty and "params" (every thread reads a 1 KB __grid_constant__ block: the engine's
  * parameters are about that size), with and without the flush. Prints the median of --reps rounds
