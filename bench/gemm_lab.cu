@@ -24,6 +24,13 @@
  * slices: LLaMA-70B (N,K) = (3584,8192), (8192,3584); LLaMA-8B (1792,4096), (4096,1792);
  * Qwen-72B (3696,8192), (8192,3696)). Or --shapes-file F with lines "label W M N K" (rows =
  * W*M; '#' starts a comment); --list-shapes prints the default list in that format.
+ * --mode runs every engine variant as a backend runs it at W = 1 (each shape's A is the one rank's
+ * shard, every tile local): plain (the GEMM alone, default); chunks (fused's chunk-flag kernel, A
+ * from the shard, no tile waits); copy (that kernel copying the shard into a gathered A while it
+ * computes, as fused runs: copy_local); pull (pull's kernel, storing its A tiles from the ring
+ * into the gathered A). copy and pull are also checked for the gathered A, bit for bit. One mode
+ * per run, so two runs side by side (bench/lab_ab.sh with A_ARGS/B_ARGS) tell what a backend's
+ * kernel costs over the plain GEMM, each against the cuBLAS of its own run.
  * --configs -1,0,3 (or "all": the policy and every config) times several engine variants per
  * shape against the one cuBLASLt measurement; CSV: one row per shape and engine variant.
  * --lt-clusters adds to the yardstick each heuristic algorithm with its cluster shape forced to
@@ -44,7 +51,7 @@
  *
  *   gemm-lab [--w 1,2,4,8] [--min 256] [--max 4096] [--step 128] [--no-models] [--shapes-file F]
  *            [--list-shapes] [--configs -1] [--algos 16] [--lt-clusters] [--ws-mib 64] [--max-ctas 0] [--engine-only] [--clock]
- *            [--reps 20] [--warmup 3] [--layout col|row] [--no-flush] [--csv file]
+ *            [--reps 20] [--warmup 3] [--layout col|row] [--no-flush] [--mode plain] [--csv file]
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -121,10 +128,14 @@ typedef struct {
     int max_ctas;               /* the engine's SM budget (0: every SM) */
     int engine_only;            /* time the engine's variants only */
     int clock;                  /* measure the SM clock after each timed call */
+    int mode;                   /* lab_mode: how the engine variants run (header comment) */
     size_t ws_bytes;
     agmm_layout layout;
     const char *csv;
 } options;
+
+typedef enum { MODE_PLAIN, MODE_CHUNKS, MODE_COPY, MODE_PULL, MODES } lab_mode;
+static const char *const mode_names[MODES] = {"plain", "chunks", "copy", "pull"};
 
 typedef struct {
     lab_cublas cb; /* the yardstick's handles, workspace and operands */
@@ -134,6 +145,12 @@ typedef struct {
     double *d_sums;
     float *d_mhz; /* --clock: [variant][rep] */
     void *d_a, *d_b, *d_c, *d_ref;
+    /* --mode chunks, copy, pull: the gathered A the kernel writes (copy, pull) or never reads
+     * (chunks: every tile local), the chunk flags with the engine's count (zero; no tile waits, so
+     * they stay zero), and the wait-error record the chunk-flag mode requires (host-mapped). */
+    void *d_gath;
+    uint32_t *d_flags;
+    agmm_dev_error *h_err, *d_err;
 } lab;
 
 static int cmp_float(const void *a, const void *b)
@@ -295,6 +312,17 @@ static int run_shape(lab *L, const options *o, FILE *csv, const shape *s)
         d.splits = 1;
         d.config = o->configs[i];
         d.max_ctas = o->max_ctas;
+        if (o->mode != MODE_PLAIN) { /* the one rank's shard is A: every tile is local */
+            d.a = L->d_gath;
+            d.a_local = L->d_a;
+        }
+        if (o->mode == MODE_CHUNKS || o->mode == MODE_COPY) {
+            d.chunk_flags = L->d_flags;
+            d.dev_error = L->d_err;
+            d.timeout_ns = 1000000000ull;
+            d.copy_local = o->mode == MODE_COPY;
+        }
+        d.pull = o->mode == MODE_PULL;
         agmm_error err = {};
         variant *x = &v[nv];
         if (agmm_gemm_plan_create(&x->plan, &d, &err) != AGMM_SUCCESS) {
@@ -304,13 +332,34 @@ static int run_shape(lab *L, const options *o, FILE *csv, const shape *s)
             continue;
         }
         x->config = d.config;
+        if (d.pull && agmm_gemm_plan_set_peers(x->plan, &d.a_local, 0, &err) != AGMM_SUCCESS) {
+            fprintf(stderr, "pull mode: %s\n", err.msg);
+            exit(1);
+        }
         poison(L->d_c, c_elems);
+        const int writes_a = o->mode == MODE_COPY || o->mode == MODE_PULL;
+        if (writes_a)
+            poison(L->d_gath, (size_t)(rows * k));
         if (agmm_gemm_run(x->plan, 0, 0, &err) != AGMM_SUCCESS) {
             fprintf(stderr, "engine run failed: %s\n", err.msg);
             exit(1);
         }
         x->rel = compare(L, L->d_c, L->d_ref, c_elems, &x->nans);
         x->ok = x->nans == 0 && x->rel <= 1e-2;
+        if (writes_a) { /* the gathered A must be the shard, bit for bit */
+            double gath_nans;
+            const double gath_rel = compare(L, L->d_gath, L->d_a, (size_t)(rows * k), &gath_nans);
+            if (gath_rel != 0 || gath_nans != 0) {
+                printf("#   %s: the gathered A differs from the shard (rel %.1e, %g NaN)\n",
+                       agmm_gemm_plan_describe(x->plan), gath_rel, gath_nans);
+                x->ok = 0;
+            }
+        }
+        if (L->h_err && L->h_err->code) {
+            printf("#   %s: a wait recorded an error (code %d)\n", agmm_gemm_plan_describe(x->plan),
+                   (int)L->h_err->code);
+            x->ok = 0;
+        }
         nv++;
     }
     const int n_engine = nv;
@@ -419,11 +468,11 @@ static int run_shape(lab *L, const options *o, FILE *csv, const shape *s)
         if (csv)
             fprintf(csv,
                     "%s,%d,%lld,%lld,%lld,%lld,%d,%s,%.2f,%.2f,%.2f,%d,%s,%d,%d,%.4f,%.4f,%.1f,%.1f,%.3e,%lld,%.0f,%.0f,"
-                    "%.2f,%.0f\n",
+                    "%.2f,%.0f,%s\n",
                     s->label, s->w, (long long)s->m, (long long)rows, (long long)n, (long long)k, x->config,
                     agmm_gemm_plan_describe(x->plan), x->us, top1->us, v[best].us, v[best].algo, best_name, n_ok,
                     P.count, ratio, x->us / top1->us, flop / x->us * 1e-6, flop / yard * 1e-6, x->rel,
-                    (long long)x->nans, x->mhz, v[best].mhz, blas_us, blas ? blas->mhz : NAN);
+                    (long long)x->nans, x->mhz, v[best].mhz, blas_us, blas ? blas->mhz : NAN, mode_names[o->mode]);
         stat_add(s, x->config, x->ok ? ratio : -1.0);
         fails += !x->ok;
     }
@@ -513,7 +562,7 @@ static void usage(void)
 {
     fprintf(stderr, "usage: gemm-lab [--w 1,2,4,8] [--min M] [--max M] [--step S] [--no-models] [--shapes-file F] "
                     "[--list-shapes] [--configs -1,0,.. | all] [--algos N] [--lt-clusters] [--ws-mib N] [--max-ctas N] "
-                    "[--engine-only] [--clock] [--reps N] [--warmup N] [--layout col|row] [--no-flush] [--csv F]\n");
+                    "[--engine-only] [--clock] [--reps N] [--warmup N] [--layout col|row] [--no-flush] [--mode plain|chunks|copy|pull] [--csv F]\n");
     exit(2);
 }
 
@@ -592,6 +641,15 @@ static void parse(int argc, char **argv, options *o)
             o->layout = !strcmp(v, "row") ? AGMM_LAYOUT_ROW_MAJOR : AGMM_LAYOUT_COL_MAJOR, i++;
         else if (!strcmp(a, "--csv"))
             o->csv = v, i++;
+        else if (!strcmp(a, "--mode")) {
+            for (o->mode = 0; o->mode < MODES && strcmp(v, mode_names[o->mode]); o->mode++)
+                ;
+            if (o->mode == MODES) {
+                fprintf(stderr, "--mode %s: want plain, chunks, copy or pull\n", v);
+                exit(2);
+            }
+            i++;
+        }
         else
             usage();
     }
@@ -667,6 +725,14 @@ int main(int argc, char **argv)
     CHECK_CUDA(cudaMalloc(&L.d_b, b_elems * 2));
     CHECK_CUDA(cudaMalloc(&L.d_c, c_elems * 2));
     CHECK_CUDA(cudaMalloc(&L.d_ref, c_elems * 2));
+    if (o.mode != MODE_PLAIN) {
+        CHECK_CUDA(cudaMalloc(&L.d_gath, a_elems * 2));
+        CHECK_CUDA(cudaMalloc((void **)&L.d_flags, 2 * sizeof(uint32_t)));
+        CHECK_CUDA(cudaMemset(L.d_flags, 0, 2 * sizeof(uint32_t)));
+        CHECK_CUDA(cudaHostAlloc((void **)&L.h_err, sizeof *L.h_err, cudaHostAllocMapped));
+        memset(L.h_err, 0, sizeof *L.h_err);
+        CHECK_CUDA(cudaHostGetDevicePointer((void **)&L.d_err, L.h_err, 0));
+    }
     lab_cublas_init(&L.cb, ws, o.ws_bytes, L.d_a, L.d_b);
     fill_kernel<<<4096, 256>>>((__nv_bfloat16 *)L.d_a, a_elems, 0x1234, 0);
     fill_kernel<<<4096, 256>>>((__nv_bfloat16 *)L.d_b, b_elems, 0x9876, 0);
@@ -686,6 +752,9 @@ int main(int argc, char **argv)
     printf("# engine policy: the %s tables (%.1f GiB of device memory); %d tile configs\n",
            agmm_gemm_device_name(agmm_gemm_current_device()), (double)prop.totalGlobalMem / (1 << 30),
            agmm_gemm_num_configs());
+    if (o.mode != MODE_PLAIN)
+        printf("# engine variants in mode %s: the one rank's shard is A, every tile local (header comment)\n",
+               mode_names[o.mode]);
     if (o.max_ctas > 0 || o.engine_only)
         printf("# engine: at most %d CTAs (--max-ctas)%s\n", o.max_ctas > 0 ? o.max_ctas : prop.multiProcessorCount,
                o.engine_only ? "; cuBLASLt checks but is not timed (--engine-only)" : "");
@@ -700,7 +769,7 @@ int main(int argc, char **argv)
     if (csv)
         fprintf(csv, "shape,W,M,rows,N,K,config_req,config,engine_us,lt_top1_us,lt_best_us,lt_best_algo,"
                      "lt_best_name,lt_algos_ok,lt_algos,engine_over_best,engine_over_top1,engine_tflops,best_tflops,"
-                     "rel_err,nans,sm_mhz,lt_best_mhz,blas_us,blas_mhz\n");
+                     "rel_err,nans,sm_mhz,lt_best_mhz,blas_us,blas_mhz,mode\n");
 
     int fails = 0;
     for (int i = 0; i < o.nshapes; i++)

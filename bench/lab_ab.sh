@@ -9,7 +9,9 @@
 #   OUT=dir bench/lab_ab.sh A_LAB B_LAB [gemm-lab args...]    default args: --configs -1 --reps 10
 #
 # e.g. the engine before and after a change: build each tree's lab (make gemm-lab BUILD=...),
-# carry both over, then OUT=$OUT bench/lab_ab.sh build-old/gemm-lab build/gemm-lab. About 20 s
+# carry both over, then OUT=$OUT bench/lab_ab.sh build-old/gemm-lab build/gemm-lab. A_ARGS and
+# B_ARGS add options to one side only: what fused's kernel costs over the plain GEMM at W = 1 is
+# B_ARGS="--mode copy" bench/lab_ab.sh build/gemm-lab build/gemm-lab --w 1 --no-models. About 20 s
 # per run with the default arguments on an H200 (every step under `timeout`). Writes $OUT/lab_ab.tar
 # (the four CSVs and logs). NCCL: the PyTorch wheel's, as bench/gpu_run.sh does.
 set -u -o pipefail
@@ -28,8 +30,11 @@ for pass in 1 2; do
     for side in A B; do
         bin=$A
         [ $side = B ] && bin=$B
-        echo "== $side$pass: $bin $*"
-        timeout 240 "$bin" "$@" --csv "$dir/$side$pass.csv" >"$dir/$side$pass.log" 2>&1
+        extra=${A_ARGS:-}
+        [ $side = B ] && extra=${B_ARGS:-}
+        echo "== $side$pass: $bin $* $extra"
+        # shellcheck disable=SC2086
+        timeout 240 "$bin" "$@" $extra --csv "$dir/$side$pass.csv" >"$dir/$side$pass.log" 2>&1
         echo "   rc=$? ($(grep -c ' FAIL$' "$dir/$side$pass.log") engine variants FAILED the check)"
     done
 done
