@@ -649,8 +649,7 @@ static void parse(int argc, char **argv, options *o)
                 exit(2);
             }
             i++;
-        }
-        else
+        } else
             usage();
     }
     if (o->reps < 1)
