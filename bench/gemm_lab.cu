@@ -359,6 +359,7 @@ static int run_shape(lab *L, const options *o, FILE *csv, const shape *s)
             printf("#   %s: a wait recorded an error (code %d)\n", agmm_gemm_plan_describe(x->plan),
                    (int)L->h_err->code);
             x->ok = 0;
+            memset(L->h_err, 0, sizeof *L->h_err); /* the next variant's record starts clean */
         }
         nv++;
     }
