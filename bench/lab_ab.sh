@@ -4,7 +4,7 @@
 # (the policy, or a forced config), the geometric mean over shapes of B's ratio to A's, both of the
 # engine's time against the best cuBLASLt measured in the same run (engine_over_best: immune to
 # the SM clock moving between runs) and of the engine's median time. B/A < 1: B is faster; the
-# A2/A1 and B2/B1 columns are the run-to-run spread.
+# A2/A1 and B2/B1 columns are the run-to-run spread. Then the policy's B - A in us, shape by shape.
 #
 #   OUT=dir bench/lab_ab.sh A_LAB B_LAB [gemm-lab args...]    default args: --configs -1 --reps 10
 #
@@ -69,4 +69,11 @@ for v in variants:
 print("(geometric means over the shapes every run checked correct; the first four columns compare "
       "engine/cuBLAS-best ratios, the us columns engine medians; worst = the largest per-shape B/A of "
       "engine/cuBLAS-best, the better of the two passes)")
+# The policy's per-shape difference, where a geometric mean hides which shapes moved.
+keys = [k for k in runs["A1"] if k[-1] == "-1" and all(k in runs[s] for s in runs)]
+if keys:
+    us = lambda s, k: float(runs[s][k]["engine_us"])
+    print("policy, B - A in us per shape (rows x N x K: mean of the two passes):")
+    print(" ".join("%sx%sx%s:%+.1f" % (runs["A1"][k]["rows"], k[3], k[4],
+                                      (us("B1", k) + us("B2", k) - us("A1", k) - us("A2", k)) / 2) for k in keys))
 PY
