@@ -52,10 +52,13 @@ def load(name):
     return t
 runs = {s: load(s + ".csv") for s in ("A1", "B1", "A2", "B2")}
 variants = sorted({k[-1] for t in runs.values() for k in t}, key=int)
+def checked(v):
+    """Variant v's shapes that all four runs checked correct."""
+    return [k for k in runs["A1"] if k[-1] == v and all(k in runs[s] for s in runs)]
 print("%-9s %6s %7s %7s %7s %7s %9s %9s %7s" % ("variant", "shapes", "B1/A1", "B2/A2", "A2/A1", "B2/B1",
                                                  "us B1/A1", "us B2/A2", "worst"))
 for v in variants:
-    keys = [k for k in runs["A1"] if k[-1] == v and all(k in runs[s] for s in runs)]
+    keys = checked(v)
     if not keys:
         continue
     def gm(x, y, col):
@@ -70,7 +73,7 @@ print("(geometric means over the shapes every run checked correct; the first fou
       "engine/cuBLAS-best ratios, the us columns engine medians; worst = the largest per-shape B/A of "
       "engine/cuBLAS-best, the better of the two passes)")
 # The policy's per-shape difference, where a geometric mean hides which shapes moved.
-keys = [k for k in runs["A1"] if k[-1] == "-1" and all(k in runs[s] for s in runs)]
+keys = checked("-1")
 if keys:
     us = lambda s, k: float(runs[s][k]["engine_us"])
     print("policy, B - A in us per shape (rows x N x K: mean of the two passes):")
