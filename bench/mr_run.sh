@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
 # The row-parallel matmuls (matmul_reduce_scatter, matmul_all_reduce) on the GPU machine, in one
 # call: their GPU tests, agmm-bench at W = 1 (the seed's cubes, the 70B shapes and, for
-# matmul_all_reduce, decode; with --graph) and emulated W = 8, decode's GEMMs with the skinny kernel
-# off, forced and timed (AGMM_SKINNY), bench/torch_bench.py's columns at W = 1, and the MLP example.
+# matmul_all_reduce, decode; with --graph) and emulated W = 8, decode's GEMMs alone (cuBLASLt's
+# timed pick), bench/torch_bench.py's columns at W = 1, and the MLP example.
 # Writes under $OUT: mr_gputest.log, mr_bench.log, mr_{rs,ar}_w1.csv, mr_{rs,ar}_emu8.csv,
-# mr_ar_decode_skinny_{0,force,1}.csv, torch_matmul_*.{csv,json}, torch_mr_bench.log, tp_mlp.log;
-# prints a summary.
+# mr_ar_decode.csv, torch_matmul_*.{csv,json}, torch_mr_bench.log, tp_mlp.log; prints a summary.
 #
 #   bench/mr_run.sh [BUILD_DIR]          default BUILD_DIR: build
 #
@@ -32,21 +31,17 @@ step() { # step NAME LOG command...: one bounded step, logged, its exit status r
 
 B="$BUILD/agmm-bench"
 step "gputest matmul_reduce" "$OUT/mr_gputest.log" "$BUILD/agmm-gputest" matmul_reduce
-step "gputest skinny" "$OUT/mr_gputest.log" "$BUILD/agmm-gputest" skinny
 step "gputest graph/steps (every backend)" "$OUT/mr_gputest.log" "$BUILD/agmm-gputest" graph_
 step "gputest steps" "$OUT/mr_gputest.log" "$BUILD/agmm-gputest" steps_
 step "bench matmul_reduce_scatter W=1" "$OUT/mr_bench.log" $B --op matmul_reduce_scatter --world gpu --ranks 1 \
     --graph --csv "$OUT/mr_rs_w1.csv" ${BENCH_ARGS:-}
 step "bench matmul_all_reduce W=1" "$OUT/mr_bench.log" $B --op matmul_all_reduce --world gpu --ranks 1 \
     --graph --csv "$OUT/mr_ar_w1.csv" ${BENCH_ARGS:-}
-# Decode's GEMMs: at W = 1 one_shot is the plain GEMM alone, so these three sweeps put the skinny
-# kernel (force) beside cuBLASLt's timed pick (0) and the choice between them (1).
-for sk in 0 force 1; do
-    step "bench matmul_all_reduce W=1 decode, AGMM_SKINNY=$sk" "$OUT/mr_bench.log" env AGMM_SKINNY=$sk $B \
-        --op matmul_all_reduce --world gpu --ranks 1 --backends one_shot --shape 1,8192,3584 --shape 8,8192,3584 \
-        --shape 16,8192,3584 --shape 32,8192,3584 --shape 64,8192,3584 --shape 8,28672,8192 --shape 8,8192,1024 \
-        --shape 8,1024,8192 --graph --csv "$OUT/mr_ar_decode_skinny_$sk.csv" ${BENCH_ARGS:-}
-done
+# Decode's GEMMs: at W = 1 one_shot is the plain GEMM alone (cuBLASLt's timed pick).
+step "bench matmul_all_reduce W=1 decode" "$OUT/mr_bench.log" $B --op matmul_all_reduce --world gpu --ranks 1 \
+    --backends one_shot --shape 1,8192,3584 --shape 8,8192,3584 --shape 16,8192,3584 --shape 32,8192,3584 \
+    --shape 64,8192,3584 --shape 8,28672,8192 --shape 8,8192,1024 --shape 8,1024,8192 --graph \
+    --csv "$OUT/mr_ar_decode.csv" ${BENCH_ARGS:-}
 # Emulated: 8 ranks share one GPU (its memory, not NVLink): correctness and relative cost only.
 step "bench matmul_reduce_scatter emulated W=8" "$OUT/mr_bench.log" $B --op matmul_reduce_scatter --world emulated \
     --ranks 8 --shapes 256:2048:256 --shape 1000,1001,1024 --warmup 10 --iters 30 --timeout 10 \

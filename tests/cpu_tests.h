@@ -21,10 +21,6 @@ void test_gemm_policy_model(void);
 void test_gemm_policy_split_tail(void);
 void test_gemm_policy_stream_k(void);
 
-/* test_skinny.c: the skinny GEMM's lane map (an emulated mma) and plan (plain C, no GPU). */
-void test_skinny_lane_map(void);
-void test_skinny_plan(void);
-
 /* test_validate.c: argument checks and their messages. */
 void test_validate_ag_matmul(void);
 void test_validate_all_reduce(void);

@@ -15,8 +15,6 @@ static const agmm_test_case cases[] = {
     {"gemm/policy_model", test_gemm_policy_model},
     {"gemm/policy_split_tail", test_gemm_policy_split_tail},
     {"gemm/policy_stream_k", test_gemm_policy_stream_k},
-    {"skinny/lane_map", test_skinny_lane_map},
-    {"skinny/plan", test_skinny_plan},
     {"validate/ag_matmul", test_validate_ag_matmul},
     {"validate/all_reduce", test_validate_all_reduce},
     {"validate/plan_api", test_validate_plan_api},

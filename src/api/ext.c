@@ -59,7 +59,7 @@ agmm_status agmm_ext_gemm_create(agmm_ext_gemm **out, agmm_ctx *ctx, agmm_ext_ge
     }
 #ifdef AGMM_HAVE_CUDA
     else if (kind == AGMM_EXT_GEMM_LIBRARY) {
-        /* cuBLASLt alone (no AGMM_GEMM_LT_SKINNY): the yardstick is what frameworks run. */
+        /* cuBLASLt: the yardstick is what frameworks run. */
         st = agmm_gemm_lt_create(&g->lt, agmm_ctx_gpu(ctx)->lt, rows, n, k, layout, 16, AGMM_GEMM_LT_WORKSPACE_BYTES,
                                  agmm_ctx_info(ctx)->ranks_on_device > 1 ? AGMM_GEMM_LT_SHARED_DEVICE : 0, &g->err);
         if (st == AGMM_SUCCESS && cudaMalloc(&g->workspace, AGMM_GEMM_LT_WORKSPACE_BYTES) != cudaSuccess)

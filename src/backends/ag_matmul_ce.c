@@ -199,7 +199,7 @@ static agmm_status gpu_create(agmm_plan *plan)
                 align_chunk = a;
         }
     }
-    const unsigned flags = AGMM_GEMM_LT_SKINNY | (ri->ranks_on_device > 1 ? AGMM_GEMM_LT_SHARED_DEVICE : 0);
+    const unsigned flags = ri->ranks_on_device > 1 ? AGMM_GEMM_LT_SHARED_DEVICE : 0;
     AGMM_TRY(st, agmm_gemm_lt_create(&x->local, lt, d->m, d->n, d->k, d->b_layout, align_local,
                                      AGMM_GEMM_LT_WORKSPACE_BYTES, flags, err));
     if (ri->nranks > 1) {

@@ -107,7 +107,7 @@ static agmm_status gpu_create(agmm_plan *plan)
         return AGMM_FAIL(err, AGMM_ERR_NO_MEMORY, "rank %d: plan state allocation failed", agmm_ctx_info(ctx)->rank);
     plan->state = x;
     int64_t rows = (int64_t)agmm_ctx_info(ctx)->nranks * d->m;
-    /* cuBLASLt alone (no AGMM_GEMM_LT_SKINNY): the baseline is what frameworks run. */
+    /* cuBLASLt: the baseline is what frameworks run. */
     AGMM_TRY(st, agmm_gemm_lt_create(&x->gemm, agmm_ctx_gpu(ctx)->lt, rows, d->n, d->k, d->b_layout, 16,
                                      AGMM_GEMM_LT_WORKSPACE_BYTES, 0, err));
     AGMM_CUDA_TRY(st, err, cudaMalloc(&x->workspace, AGMM_GEMM_LT_WORKSPACE_BYTES));

@@ -7,7 +7,6 @@
 
 #include "../core/knobs.h"
 #include "../kernels/fill.h"
-#include "../kernels/skinny_gemm.h"
 #include "../world/gpu_check.h"
 
 /* The timed choice (gemm_lt.h): how many of the heuristic's algorithms are timed (on the H200 it
@@ -32,8 +31,6 @@ struct agmm_gemm_lt {
     int64_t rows, n, k;
     agmm_layout layout;
     unsigned align;
-    int skinny;                 /* runs agmm's skinny kernel (shape sk), not algo */
-    agmm_skinny_shape sk;
 };
 
 unsigned agmm_gemm_lt_align(uint64_t bytes)
@@ -103,9 +100,7 @@ typedef struct {
     agmm_layout layout;
     unsigned align;
     size_t workspace_bytes;
-    int skinny_ok;              /* the skinny kernel was a candidate */
     cublasLtMatmulAlgo_t algo;
-    int skinny;                 /* ... and won */
 } memo;
 
 static pthread_mutex_t memo_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -115,8 +110,7 @@ static int nmemos;
 static int memo_same(const memo *m, const memo *key)
 {
     return m->device == key->device && m->rows == key->rows && m->n == key->n && m->k == key->k &&
-           m->layout == key->layout && m->align == key->align && m->workspace_bytes == key->workspace_bytes &&
-           m->skinny_ok == key->skinny_ok;
+           m->layout == key->layout && m->align == key->align && m->workspace_bytes == key->workspace_bytes;
 }
 
 /* 1 and key->algo set where this process already chose for key's GEMM. */
@@ -127,7 +121,6 @@ static int memo_find(memo *key)
     for (int i = 0; i < nmemos && !found; i++)
         if (memo_same(&memos[i], key)) {
             key->algo = memos[i].algo;
-            key->skinny = memos[i].skinny;
             found = 1;
         }
     pthread_mutex_unlock(&memo_mu);
@@ -169,28 +162,17 @@ static cublasStatus_t lt_matmul(const agmm_gemm_lt *g, const cublasLtMatmulAlgo_
                           workspace, g->workspace_bytes, s);
 }
 
-/* Enqueues one product with cuBLASLt's `algo`, or with the skinny kernel where algo is NULL: 0, or
- * -1 where the library refused it. */
-static int enqueue(const agmm_gemm_lt *g, const cublasLtMatmulAlgo_t *algo, const void *a, const void *b, void *c,
-                   void *workspace, cudaStream_t s)
-{
-    if (algo == NULL)
-        return agmm_skinny_launch(&g->sk, a, b, c, g->rows, g->n, g->k, s) == cudaSuccess ? 0 : -1;
-    return lt_matmul(g, algo, a, b, c, workspace, s) == CUBLAS_STATUS_SUCCESS ? 0 : -1;
-}
-
 /* Where a timed run finds the L2: `bytes` of scratch that a memset before each run overwrites, so
- * that no run finds its operands cached (twice the L2, as agmm-bench and tune.c flush). A run
- * timed on warm operands favours the kernels that read most: the skinny kernel won that way at
- * M = 1 and lost by 19% in agmm-bench (docs/results, 2026-12-05). */
+ * that no run finds its operands cached (twice the L2, as agmm-bench and tune.c flush; a pick timed
+ * on warm operands lost to torch.matmul's kernel in agmm-bench: gemm_lt.h). */
 typedef struct {
     void *p;
     size_t bytes;
 } l2_flush;
 
-/* Times candidate `algo` (NULL: the skinny kernel) on the scratch operands: one warm-up run, then
- * `runs` runs each between two events, each after an L2 flush; the median in microseconds, or a
- * negative number where the library refused it. */
+/* Times candidate `algo` on the scratch operands: one warm-up run, then `runs` runs each between
+ * two events, each after an L2 flush; the median in microseconds, or a negative number where the
+ * library refused it. */
 static float time_algo(const agmm_gemm_lt *g, const cublasLtMatmulAlgo_t *algo, const char *a, const char *b, char *c,
                        void *workspace, const l2_flush *fl, cudaStream_t s, cudaEvent_t ev[2], int runs)
 {
@@ -200,7 +182,7 @@ static float time_algo(const agmm_gemm_lt *g, const cublasLtMatmulAlgo_t *algo, 
             return -1;
         if (r >= 0 && cudaEventRecord(ev[0], s) != cudaSuccess)
             return -1;
-        if (enqueue(g, algo, a, b, c, workspace, s) != 0)
+        if (lt_matmul(g, algo, a, b, c, workspace, s) != CUBLAS_STATUS_SUCCESS)
             return -1;
         if (r < 0)
             continue;
@@ -216,10 +198,8 @@ static float time_algo(const agmm_gemm_lt *g, const cublasLtMatmulAlgo_t *algo, 
 /* Among the heuristic's successful results, the fastest on this device, timed on random scratch
  * operands (fill.h says why not constant ones) with the L2 flushed. Returns the index, or `first`
  * where timing cannot run (scratch over its share of free memory, any CUDA failure: timing is an
- * optimisation, never a reason to fail a plan; the failure's error is cleared). With skinny_ok the
- * skinny kernel is timed last, by the same rule, and *skinny_wins set where it beats them all. */
-static int timed_pick(const agmm_gemm_lt *g, const cublasLtMatmulHeuristicResult_t *res, int found, int first,
-                      int skinny_ok, int *skinny_wins)
+ * optimisation, never a reason to fail a plan; the failure's error is cleared). */
+static int timed_pick(const agmm_gemm_lt *g, const cublasLtMatmulHeuristicResult_t *res, int found, int first)
 {
     /* Each operand at a 256-byte boundary, A and C then offset to the planned alignment so that no
      * candidate is timed on pointers better aligned than its runs will get. */
@@ -276,10 +256,6 @@ static int timed_pick(const agmm_gemm_lt *g, const cublasLtMatmulHeuristicResult
             pick = i;
         }
     }
-    if (skinny_ok) {
-        float us = time_algo(g, NULL, a, b, c, ws, &fl, s, ev, runs);
-        *skinny_wins = us > 0 && us < best_us && us < first_us * (1.0f - (float)TIMED_MIN_GAIN);
-    }
 done:
     cudaStreamSynchronize(s);
     (void)cudaGetLastError();
@@ -301,41 +277,16 @@ static int timing_wanted(void)
     return v.choice != 0;
 }
 
-/* AGMM_SKINNY as its choice's index: 0 never, 1 where timed faster, 2 (force) wherever it applies. */
-static int skinny_mode(void)
-{
-    agmm_knob_value v;
-    agmm_error ignored = {0};
-    agmm_knob_read(AGMM_KNOB_SKINNY, &v, &ignored);
-    return v.choice;
-}
-
-/* g->sk for g's GEMM where the skinny kernel applies on the current device: 1, else 0. */
-static int skinny_fits(agmm_gemm_lt *g)
-{
-    int dev = 0, sms = 0;
-    char why[160];
-    const int fits = cudaGetDevice(&dev) == cudaSuccess &&
-                     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
-                     agmm_skinny_plan(g->rows, g->n, g->k, g->layout, g->align, sms, &g->sk, why, sizeof why) == 0;
-    (void)cudaGetLastError();
-    return fits;
-}
-
 /* g->algo: the memo's choice for g's GEMM, else the heuristic's (pick_algo) or, on a device of
- * its own with AGMM_LT_TUNE on, the fastest of its first TIMED_CANDIDATES (timed_pick), which with
- * skinny_ok may be the skinny kernel (g->skinny). */
-static agmm_status choose_algo(agmm_gemm_lt *g, cublasLtMatmulPreference_t pref, int shared_device, int skinny_ok,
-                               agmm_error *err)
+ * its own with AGMM_LT_TUNE on, the fastest of its first TIMED_CANDIDATES (timed_pick). */
+static agmm_status choose_algo(agmm_gemm_lt *g, cublasLtMatmulPreference_t pref, int shared_device, agmm_error *err)
 {
     agmm_status st = AGMM_SUCCESS;
     memo key = {.rows = g->rows, .n = g->n, .k = g->k, .layout = g->layout, .align = g->align,
                 .workspace_bytes = g->workspace_bytes};
     const int timed = !shared_device && timing_wanted() && cudaGetDevice(&key.device) == cudaSuccess;
-    key.skinny_ok = timed && skinny_ok;
     if (timed && memo_find(&key)) {
         g->algo = key.algo;
-        g->skinny = key.skinny;
         return AGMM_SUCCESS;
     }
     cublasLtMatmulHeuristicResult_t res[TIMED_CANDIDATES];
@@ -353,9 +304,8 @@ static agmm_status choose_algo(agmm_gemm_lt *g, cublasLtMatmulPreference_t pref,
         int first = 0;
         while (res[first].state != CUBLAS_STATUS_SUCCESS)
             first++;
-        g->algo = res[timed_pick(g, res, found, first, key.skinny_ok, &g->skinny)].algo;
+        g->algo = res[timed_pick(g, res, found, first)].algo;
         key.algo = g->algo;
-        key.skinny = g->skinny;
         memo_add(&key);
     }
 fail:
@@ -404,12 +354,7 @@ agmm_status agmm_gemm_lt_create(agmm_gemm_lt **out, cublasLtHandle_t lt, int64_t
                                                               &align_ac, sizeof align_ac));
     AGMM_LT_TRY(st, err, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                               &align_ac, sizeof align_ac));
-    const int mode = flags & AGMM_GEMM_LT_SKINNY ? skinny_mode() : 0;
-    if (mode == 2 && skinny_fits(g))
-        g->skinny = 1; /* forced: no cuBLASLt algorithm is chosen */
-    else
-        AGMM_TRY(st, choose_algo(g, pref, (flags & AGMM_GEMM_LT_SHARED_DEVICE) != 0, mode == 1 && skinny_fits(g),
-                                 err));
+    AGMM_TRY(st, choose_algo(g, pref, (flags & AGMM_GEMM_LT_SHARED_DEVICE) != 0, err));
     cublasLtMatmulPreferenceDestroy(pref);
     *out = g;
     return AGMM_SUCCESS;
@@ -424,10 +369,7 @@ agmm_status agmm_gemm_lt_run(const agmm_gemm_lt *g, const void *a, const void *b
                              cudaStream_t stream, agmm_error *err)
 {
     agmm_status st = AGMM_SUCCESS;
-    if (g->skinny)
-        AGMM_CUDA_TRY(st, err, agmm_skinny_launch(&g->sk, a, b, c, g->rows, g->n, g->k, stream));
-    else
-        AGMM_LT_TRY(st, err, lt_matmul(g, &g->algo, a, b, c, workspace, stream));
+    AGMM_LT_TRY(st, err, lt_matmul(g, &g->algo, a, b, c, workspace, stream));
 fail:
     return st;
 }
@@ -442,8 +384,6 @@ agmm_status agmm_gemm_lt_warm(const agmm_gemm_lt *g, const void *a, const void *
 fail:
     return st;
 }
-
-int agmm_gemm_lt_skinny(const agmm_gemm_lt *g) { return g->skinny; }
 
 void agmm_gemm_lt_destroy(agmm_gemm_lt *g)
 {

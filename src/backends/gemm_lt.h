@@ -1,5 +1,4 @@
-/* The plain GEMMs of the backends that do not run the GEMM engine (internal): cuBLASLt, or agmm's
- * skinny kernel where the plan allows it and it is timed faster (flags below):
+/* The plain GEMMs of the backends that do not run the GEMM engine (internal), with cuBLASLt:
  *   C (rows x n, row-major bf16) = A (rows x k, row-major bf16) * B (k x n in b_layout),
  * fp32 accumulation, alpha 1, beta 0. Everything cuBLASLt needs is made at plan time
  * (descriptors, layouts, the algorithm: below); agmm_gemm_lt_run only enqueues the product.
@@ -31,11 +30,6 @@ enum {
      * H200: cuBLAS's 8-CTA clusters at 512^3 never started under 3 peers' all-reduce blocks, a
      * timeout). Nothing is timed there. */
     AGMM_GEMM_LT_SHARED_DEVICE = 1u << 0,
-    /* agmm's skinny kernel (src/kernels/skinny_gemm.h: m <= 64, B column-major) may run the GEMM:
-     * with AGMM_SKINNY=1 where it is timed faster than cuBLASLt's candidates (so only where they
-     * are timed), with AGMM_SKINNY=force wherever it applies. Every backend's GEMMs but the nccl
-     * baselines' and agmm-bench's yardstick, which stay what frameworks run: cuBLASLt. */
-    AGMM_GEMM_LT_SKINNY = 1u << 1,
 };
 
 /* Plans one GEMM shape. align_bytes (a power of two, 2..16) is the alignment every A and C
@@ -46,11 +40,10 @@ enum {
  * shapes (18% at 256^3), so each is run on random scratch operands of the plan's shape with the
  * L2 flushed before each run (as agmm-bench times; on warm operands the pick lost up to 14% to
  * torch.matmul's kernel in agmm-bench, docs/results 2026-12-05) and the fastest kept (where it
- * gains 1% or more; once per shape in a process; AGMM_LT_TUNE=0 turns it off), the skinny kernel
- * among them where flags and AGMM_SKINNY allow. That costs the plan a few milliseconds and, for
- * the largest shapes, ~0.1 s, and scratch memory of the operands' size and twice the L2 (skipped
- * where over a quarter of the free memory). Products of one shape may then differ in their last
- * bits between processes; not within one. */
+ * gains 1% or more; once per shape in a process; AGMM_LT_TUNE=0 turns it off). That costs the
+ * plan a few milliseconds and, for the largest shapes, ~0.1 s, and scratch memory of the operands'
+ * size and twice the L2 (skipped where over a quarter of the free memory). Products of one shape
+ * may then differ in their last bits between processes; not within one. */
 agmm_status agmm_gemm_lt_create(agmm_gemm_lt **out, cublasLtHandle_t lt, int64_t rows, int64_t n, int64_t k,
                                 agmm_layout b_layout, unsigned align_bytes, size_t workspace_bytes, unsigned flags,
                                 agmm_error *err);
@@ -60,8 +53,6 @@ agmm_status agmm_gemm_lt_run(const agmm_gemm_lt *g, const void *a, const void *b
                              cudaStream_t stream, agmm_error *err);
 /* NULL-safe. */
 void agmm_gemm_lt_destroy(agmm_gemm_lt *g);
-/* 1 where g runs agmm's skinny kernel, 0 where cuBLASLt's algorithm (tests, logs). */
-int agmm_gemm_lt_skinny(const agmm_gemm_lt *g);
 
 /* Runs g once on scratch data (a: rows x k, b: k x n, c: rows x n device buffers) and waits, so
  * that CUDA's lazy loading brings its kernel in now. Where ranks share a GPU, loading a kernel

@@ -31,7 +31,7 @@ static const agmm_backend_impl nccl_cpu_impl = {
 
 static agmm_status gpu_create(agmm_plan *plan)
 {
-    return agmm_mr_gpu_create(plan, AGMM_MR_GPU_WHOLE | AGMM_MR_GPU_SYM | AGMM_MR_GPU_LT_ONLY, 0);
+    return agmm_mr_gpu_create(plan, AGMM_MR_GPU_WHOLE | AGMM_MR_GPU_SYM, 0);
 }
 
 static agmm_status gpu_run(agmm_plan *plan, const void *vio, void *stream)

@@ -49,8 +49,7 @@ static agmm_status gemm_create(agmm_plan *plan, agmm_mr_gemm *g, unsigned what)
     agmm_error *err = agmm_ctx_err(ctx);
     cublasLtHandle_t lt = agmm_ctx_gpu(ctx)->lt;
     const agmm_mr_shape s = agmm_mr_shape_of(plan);
-    const unsigned flags = (agmm_ctx_info(ctx)->ranks_on_device > 1 ? AGMM_GEMM_LT_SHARED_DEVICE : 0) |
-                           (what & AGMM_MR_GPU_LT_ONLY ? 0 : AGMM_GEMM_LT_SKINNY);
+    const unsigned flags = agmm_ctx_info(ctx)->ranks_on_device > 1 ? AGMM_GEMM_LT_SHARED_DEVICE : 0;
     /* Every C a plan writes starts 16-byte aligned: an output, a slot, a symmetric buffer. */
     if (what & AGMM_MR_GPU_WHOLE)
         AGMM_TRY(st, agmm_gemm_lt_create(&g->whole, lt, s.m, s.n, s.k, s.layout, 16, AGMM_GEMM_LT_WORKSPACE_BYTES,

@@ -35,8 +35,6 @@ enum {
     AGMM_MR_GPU_STAGE = 1u << 5,   /* ce: local slots for the blocks sent to peers, and events */
     AGMM_MR_GPU_PADDED = 1u << 6,  /* nccl: a local W*R x N partial whose rows M.. are zero, and
                                       an R x N receive block where this rank gets fewer rows */
-    AGMM_MR_GPU_LT_ONLY = 1u << 7, /* the GEMMs are cuBLASLt's alone (the nccl baselines: what
-                                      frameworks run); else gemm_lt.h's skinny kernel may run them */
 };
 
 typedef struct {

@@ -45,10 +45,6 @@ typedef enum {
     X(LT_TUNE, AGMM_KNOB_CHOICE, "1", "0|1", 0, 0,                                                                  \
       "whether a plan's cuBLASLt GEMMs time cuBLASLt's first 8 algorithms on a GPU of their own and keep the "        \
       "fastest (1; once per shape and process) or take its heuristic's first (0: the same algorithm every run)")     \
-    X(SKINNY, AGMM_KNOB_CHOICE, "0", "0|1|force", 0, 0,                                                            \
-      "whether the GEMMs cuBLASLt would run (not the nccl baselines') may run agmm's skinny kernel where it applies "  \
-      "(M <= 64, column-major B): 1 where timed faster than cuBLASLt's candidates, 0 never (the default: slower "   \
-      "than cuBLASLt on every decode shape measured), force wherever it applies (tests, measurement)")               \
     X(CHECK_RUNS, AGMM_KNOB_CHOICE, "0", "0|1", 0, 0,                                                               \
       "1: before every run the ranks compare which plan they run, its run count and where its input is, in one "     \
       "host exchange per run, and all fail naming the rank that differs (for debugging; rank 0's value when the "    \

@@ -49,8 +49,6 @@ void test_matmul_reduce_fused(void);
 /* The fused backends under every tile config but the split tail's, emulated W = 3. */
 void test_matmul_reduce_fused_configs(void);
 void test_matmul_reduce_gpu_world(void);
-/* one_shot, two_shot and ce with the skinny kernel forced, W = 1 and emulated W = 3. */
-void test_matmul_reduce_skinny(void);
 void test_matmul_reduce_timeout(void);
 /* test_gemm_engine_pull.c: the engine's pull mode under every tile config and B layout, two ranks
  * on one GPU (ready waits, gathered A stores, closing barrier). */
@@ -62,10 +60,6 @@ void test_ar_norm_gpu(void);
 void test_ar_norm_graph(void);
 void test_ar_norm_timeout(void);
 void test_ar_norm_small(int nranks); /* for test_sanitize: two small cases at W = nranks */
-/* test_skinny.c: the skinny GEMM against fp64 (exact on integers, poisoned C and guard, repeatable
- * bits) and the plain GEMM plans' choice of it under AGMM_SKINNY. */
-void test_skinny_gpu(void);
-void test_skinny_small(void); /* for test_sanitize: the exact shapes alone */
 /* Timing at W = 1 of ce against nccl on the seed shapes; runs only with AGMM_GPUTEST_PERF=1. */
 void test_ag_matmul_perf_w1(void);
 

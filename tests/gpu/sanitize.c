@@ -26,7 +26,6 @@ typedef void (*group_fn)(int nranks, int cases_of, int only_new);
 
 static void world_group(int nranks, int cases_of, int only_new) { test_world_small(nranks); }
 static void engine_group(int nranks, int cases_of, int only_new) { test_gemm_engine_small(); }
-static void skinny_group(int nranks, int cases_of, int only_new) { test_skinny_small(); }
 static void graph_group(int nranks, int cases_of, int only_new) { graph_cases(nranks, cases_of, only_new, 2, 2, 1); }
 static void steps_group(int nranks, int cases_of, int only_new) { steps_cases(nranks, cases_of, only_new, 4, 0, 1); }
 static void streams_group(int nranks, int cases_of, int only_new)
@@ -51,7 +50,6 @@ typedef struct {
 static const san_group groups[] = {
     {"world", "the symmetric heap, peer reads, pad barriers; signal kernels", 0, {2, 0}, world_group},
     {"gemm_engine", "every config of the GEMM engine, both layouts of B", 1, {0, 0}, engine_group},
-    {"skinny", "the skinny GEMM: every tile count, ragged n and K", 1, {0, 0}, skinny_group},
     {"graph", "CUDA-graph captures (1 and 2 steps, staged and io.input), 2 replays", 1, {2, 4}, graph_group},
     {"steps", "4 steps back to back, a rank slowed at random", 1, {4, 0}, steps_group},
     {"two_streams", "4 steps on two streams", 0, {2, 0}, streams_group},

@@ -308,30 +308,6 @@ void test_matmul_reduce_fused(void)
     }
 }
 
-/* The backends whose GEMMs may be the skinny kernel (src/kernels/skinny_gemm.h), with it forced
- * (AGMM_SKINNY=force) on shapes where it applies (M <= 64, even N, B column-major): its partials
- * through each protocol, W = 1 and emulated W = 3 (the ranks' blocks of M rows: 1 row and none). */
-void test_matmul_reduce_skinny(void)
-{
-    static const mr_shape decode[] = {{1, 40, 64, AGMM_LAYOUT_COL_MAJOR},
-                                      {37, 200, 128, AGMM_LAYOUT_COL_MAJOR},
-                                      {8, 1024, 264, AGMM_LAYOUT_COL_MAJOR}};
-    static const char *const backends[] = {"one_shot", "two_shot", "ce"};
-    const size_t count = sizeof decode / sizeof *decode;
-    setenv("AGMM_SKINNY", "force", 1);
-    for (int world = 0; world < 2; world++) {
-        const int nranks = world == 0 ? 1 : 3;
-        agmm_world *w = gpu_test_world(world == 0 ? AGMM_WORLD_GPU : AGMM_WORLD_EMULATED, nranks, 0);
-        if (w == NULL)
-            continue;
-        for (size_t b = 0; b < sizeof backends / sizeof *backends; b++)
-            run_shapes(w, nranks, world == 0 ? "W=1, AGMM_SKINNY=force:" : "emulated, AGMM_SKINNY=force:", decode,
-                       count, backends[b], -1, -1);
-        agmm_world_destroy(w);
-    }
-    unsetenv("AGMM_SKINNY");
-}
-
 /* The scatter epilogue under every tile config scatter mode takes (agmm_gemm_scatter_config: not
  * the split tail's or stream-K's, not 256 x 192's; forced through the backend's hook: cooperative
  * and ping-pong consumers, 64- to 256-row tiles, B-multicast pairs), both operations, emulated
