@@ -128,6 +128,7 @@ void test_mr_fused_timeouts(void);
 void test_tune_cache_file(void);
 void test_tune_measured(void);
 void test_tune_agreement(void);
+void test_tune_groups(void);
 void test_tune_off(void);
 void test_tune_op_types(void);
 

@@ -74,6 +74,7 @@ static const agmm_test_case cases[] = {
     {"tune/cache_file", test_tune_cache_file},
     {"tune/measured", test_tune_measured},
     {"tune/agreement", test_tune_agreement},
+    {"tune/groups", test_tune_groups},
     {"tune/off", test_tune_off},
     {"tune/op_types", test_tune_op_types},
     {"knobs/table", test_knobs_table},

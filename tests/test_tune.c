@@ -6,8 +6,11 @@
  *                    smallest, over every candidate; then the same plan is served from rank 0's
  *                    memory, in a new world from the file, and a new key (other splits) is
  *                    measured again; all_reduce likewise
- *   agreement        one rank sees every backend but one as 1 s slower (the test hook): every
- *                    rank's figures carry that rank's numbers and every rank picks the one left
+ *   agreement        one rank sees one backend as 1 s slower (the test hook): every rank's
+ *                    figures carry that rank's numbers and no rank picks it
+ *   groups           one rank cannot plan a backend beside the other candidates (the test
+ *                    hook): it is measured alone, after them; one it cannot plan at all is left
+ *                    out by every rank
  *   off              AGMM_TUNE=0 takes the static rule (ce, one_shot) even with a cached choice,
  *                    and touches no file
  *   op types         every operation's type has all that auto needs: its key ends in the
@@ -193,6 +196,8 @@ typedef struct {
     int splits;
     const char *delay_backend; /* rank delay_rank sees it 1 s slower (NULL: none) */
     int delay_rank;
+    const char *refuse_backend; /* rank refuse_rank cannot plan it (NULL: none) ... */
+    int refuse_rank, refuse_beside_only; /* ... beside other candidates only, or at all */
     int plans;                 /* plans made in a row, the same descriptor */
     agmm_status status[MAX_W];
     char msg[MAX_W][AGMM_ERROR_LEN];
@@ -206,6 +211,8 @@ static agmm_status choose_rank(agmm_ctx *ctx, void *arg)
     int rank = agmm_ctx_rank(ctx);
     if (j->delay_backend && rank == j->delay_rank)
         agmm_tune_set_test_delay(ctx, j->delay_backend, 1e6);
+    if (j->refuse_backend && rank == j->refuse_rank)
+        agmm_tune_set_test_refusal(ctx, j->refuse_backend, j->refuse_beside_only);
     for (int i = 0; i < j->plans; i++) {
         agmm_plan *p = NULL;
         agmm_status st;
@@ -331,6 +338,48 @@ void test_tune_agreement(void)
                     ok &= j.last[rank][0].cand_us[c] >= 1e6;
         agmm_check(ok, "auto W=3: rank 2 sees %s 1 s slower: every rank's figure for it is rank 2's (>= 1e6 us) and "
                    "nobody takes it: %s", names[slow], what);
+    }
+    unlink(path);
+    unsetenv("AGMM_TUNE");
+    unsetenv("AGMM_TUNE_CACHE");
+}
+
+/* The candidates are held together while they take turns; one that a rank cannot plan beside
+ * them is measured alone after them, and one that it cannot plan at all is left out by all. */
+void test_tune_groups(void)
+{
+    char path[128], what[512];
+    setenv("AGMM_TUNE", "1", 1);
+    setenv("AGMM_TUNE_CACHE", tmp_path("groups.txt", path, sizeof path), 1);
+    static const char *const names[] = {"nccl", "ce", "fused", "pull"};
+    for (int x = 0; x < 4; x++) {
+        /* The first candidate is planned with none beside it: the others join it. */
+        choose_job j = {.op = AGMM_OP_AG_MATMUL, .splits = 1, .plans = 1, .refuse_rank = 1,
+                        .refuse_backend = names[x], .refuse_beside_only = 1};
+        unlink(path);
+        if (x > 0 && run_choose(&j, 3))
+            agmm_check(measured_alike(&j, 3, 0, 4, what, sizeof what),
+                       "auto W=3: rank 1 cannot plan %s beside other candidates: it is measured alone, every "
+                       "candidate has a figure and every rank took the fastest: %s", names[x], what);
+        choose_job never = {.op = AGMM_OP_AG_MATMUL, .splits = 1, .plans = 1, .refuse_rank = 1,
+                            .refuse_backend = names[x], .refuse_beside_only = 0};
+        unlink(path);
+        if (!run_choose(&never, 3))
+            continue;
+        int ok = 1, c_x = -1;
+        for (int rank = 0; rank < 3; rank++) {
+            const agmm_tune_result *r = &never.last[rank][0];
+            ok &= r->how == AGMM_TUNE_MEASURED && r->ncand == 4 && r->choice != NULL &&
+                  strcmp(r->choice->name, names[x]) != 0 && strcmp(never.backend[rank][0], r->choice->name) == 0;
+            for (int c = 0; c < r->ncand; c++) {
+                ok &= (strcmp(r->cand[c]->name, names[x]) == 0) == (r->cand_us[c] < 0);
+                if (strcmp(r->cand[c]->name, names[x]) == 0)
+                    c_x = c;
+            }
+        }
+        agmm_check(ok && c_x == x, "auto W=3: rank 1 cannot plan %s at all: every rank leaves it out (figure < 0), "
+                   "measures the other three and takes one of them (%s)",
+                   names[x], never.last[0][0].choice ? never.last[0][0].choice->name : "(none)");
     }
     unlink(path);
     unsetenv("AGMM_TUNE");

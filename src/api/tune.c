@@ -9,18 +9,20 @@
  *      they all make the same collective calls next.
  *   2. Measuring: every candidate (a backend of the operation, usable in this world, with
  *      auto_order >= 0), in table order, on every rank: planned (collective), its input filled,
- *      one warm-up run, then AGMM_TUNE_RUNS runs at most, fewer where the warm-up says they
- *      would exceed the candidate's share of AGMM_TUNE_BUDGET_MS, each timed alone (events on
- *      GPUs, after an L2 flush as agmm-bench does; the wall clock in the CPU world), then
- *      destroyed. After each step the ranks exchange their figure and every rank takes the
- *      maximum (a collective run is as slow as its slowest rank); a candidate that some rank
- *      cannot plan is dropped by all.
+ *      one warm-up run, and held. Then rounds in which every held candidate runs once, the first
+ *      of each round rotating, each run timed alone (events on GPUs, after an L2 flush as
+ *      agmm-bench does; the wall clock in the CPU world): as many rounds as fit in
+ *      AGMM_TUNE_BUDGET_MS by the warm-ups, 1 to AGMM_TUNE_RUNS. Then the plans are destroyed.
+ *      The turns make the figures comparable on a GPU whose clock moves under load (time_held).
+ *      After each step the ranks exchange their figure and every rank takes the maximum (a
+ *      collective run is as slow as its slowest rank); a candidate that some rank cannot plan
+ *      is dropped by all (after one more try alone, where others were held: memory).
  *      Every rank then holds the same numbers and picks the same fastest candidate (ties: table
  *      order), with no broadcast needed.
  *   3. Rank 0 remembers the choice in memory and writes it to the cache file.
  * The cost of a new shape: the candidates' plan creations and destructions, plus per candidate
- * one warm-up run and at most max(one run, AGMM_TUNE_BUDGET_MS / candidates) of timed runs (and
- * AGMM_TUNE_RUNS runs at most); rank 0 logs it at AGMM_LOG=info and agmm_tune_last has it.
+ * one warm-up run, and rounds of one run of each for at most max(one round, AGMM_TUNE_BUDGET_MS)
+ * (and AGMM_TUNE_RUNS rounds at most); rank 0 logs it at AGMM_LOG=info and agmm_tune_last has it.
  * Nothing here knows an operation: its type (api.h) sizes the measuring buffers, plans a candidate
  * and runs it, and tune_cache.c's key reads the type's description of the descriptor. */
 #include <math.h>
@@ -63,6 +65,8 @@ typedef struct {
     agmm_tune_result last;
     char delay_backend[32];    /* test hook (agmm_tune_set_test_delay) */
     double delay_us;
+    char refuse_backend[32];   /* test hook (agmm_tune_set_test_refusal) */
+    int refuse_beside_only;
 } tune_state;
 
 static tune_state *state_of(agmm_ctx *ctx)
@@ -99,6 +103,16 @@ agmm_status agmm_tune_set_test_delay(agmm_ctx *ctx, const char *backend, double 
         return AGMM_ERR_NO_MEMORY;
     snprintf(ts->delay_backend, sizeof ts->delay_backend, "%s", backend ? backend : "");
     ts->delay_us = extra_us;
+    return AGMM_SUCCESS;
+}
+
+agmm_status agmm_tune_set_test_refusal(agmm_ctx *ctx, const char *backend, int beside_only)
+{
+    tune_state *ts = state_of(ctx);
+    if (ts == NULL)
+        return AGMM_ERR_NO_MEMORY;
+    snprintf(ts->refuse_backend, sizeof ts->refuse_backend, "%s", backend ? backend : "");
+    ts->refuse_beside_only = beside_only;
     return AGMM_SUCCESS;
 }
 
@@ -187,11 +201,11 @@ typedef struct {
     const void *desc;           /* the caller's, checked */
     size_t input_bytes;         /* of the plan's input, filled before each candidate's warm-up */
     int runs_max;               /* rank 0's AGMM_TUNE_RUNS */
-    double *times;              /* of one candidate's runs, in us: runs_max */
+    double *times;              /* candidate j's runs at times[j * runs_max ...], in us */
     int gpu;
     void *stream;               /* the runs' cudaStream_t (the rank's measuring stream); NULL in the CPU world */
 #ifdef AGMM_HAVE_CUDA
-    cudaEvent_t *events;        /* start and stop of each timed run: 2 * runs_max */
+    cudaEvent_t events[2 * AGMM_TUNE_MAX_CANDIDATES]; /* start and stop of each run of a round */
 #endif
     void *flush;
     size_t flush_bytes;
@@ -238,10 +252,9 @@ static void session_close(session *se)
 #ifdef AGMM_HAVE_CUDA
     if (se->gpu) {
         cudaFree(se->flush);
-        for (int i = 0; se->events && i < 2 * se->runs_max; i++)
+        for (int i = 0; i < 2 * AGMM_TUNE_MAX_CANDIDATES; i++)
             if (se->events[i])
                 cudaEventDestroy(se->events[i]);
-        free(se->events);
         cudaGetLastError();
     }
 #endif
@@ -256,14 +269,8 @@ static agmm_status session_open(session *se)
     se->input_bytes = agmm_op_shape(se->type, se->ctx, se->desc, &shape);
     se->nbuf = se->type->scratch(&shape, se->buf_bytes);
     se->gpu = (ri->caps & AGMM_CAP_GPU) != 0;
-    se->times = calloc((size_t)se->runs_max, sizeof *se->times);
-    int lacking = se->times == NULL;
-#ifdef AGMM_HAVE_CUDA
-    if (se->gpu)
-        se->events = calloc(2 * (size_t)se->runs_max, sizeof *se->events);
-    lacking |= se->gpu && se->events == NULL;
-#endif
-    if (lacking)
+    se->times = calloc((size_t)AGMM_TUNE_MAX_CANDIDATES * (size_t)se->runs_max, sizeof *se->times);
+    if (se->times == NULL)
         return AGMM_FAIL(err, AGMM_ERR_NO_MEMORY, "rank %d: auto's timings of %d runs", ri->rank, se->runs_max);
     if (!se->gpu) {
         for (int i = 0; i < se->nbuf; i++) {
@@ -282,7 +289,7 @@ static agmm_status session_open(session *se)
     cudaStream_t s = NULL;
     AGMM_TRY(st, agmm_gpu_measure_stream(se->ctx, &s));
     se->stream = s;
-    for (int i = 0; i < 2 * se->runs_max; i++)
+    for (int i = 0; i < 2 * AGMM_TUNE_MAX_CANDIDATES; i++)
         AGMM_CUDA_TRY(st, err, cudaEventCreate(&se->events[i]));
     /* Twice the L2: what a flush must overwrite so that no run finds its operands cached. */
     AGMM_CUDA_TRY(st, err, cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, ri->device));
@@ -305,33 +312,34 @@ static agmm_status run_once(session *se, agmm_plan *p)
     return se->type->run_scratch(p, se->buf, se->stream);
 }
 
-/* n runs of p (n <= runs_max), each timed alone: us[i] in microseconds. */
-static agmm_status time_runs(session *se, agmm_plan *p, int n, double *us)
+/* One run of each of the k plans p[0..k-1], in that order, each timed alone after an L2 flush:
+ * us[j] in microseconds. The GPU's runs are enqueued together and waited for once. */
+static agmm_status time_round(session *se, agmm_plan *const *p, int k, double *const *us)
 {
     agmm_status st = AGMM_SUCCESS;
     if (!se->gpu) {
-        for (int i = 0; i < n && st == AGMM_SUCCESS; i++) {
+        for (int j = 0; j < k && st == AGMM_SUCCESS; j++) {
             double t0 = now_ms();
-            st = run_once(se, p); /* blocking in the CPU world */
-            us[i] = 1e3 * (now_ms() - t0);
+            st = run_once(se, p[j]); /* blocking in the CPU world */
+            *us[j] = 1e3 * (now_ms() - t0);
         }
         return st;
     }
 #ifdef AGMM_HAVE_CUDA
     agmm_error *err = agmm_ctx_err(se->ctx);
     cudaStream_t s = (cudaStream_t)se->stream;
-    for (int i = 0; i < n; i++) {
-        AGMM_CUDA_TRY(st, err, cudaMemsetAsync(se->flush, i & 1, se->flush_bytes, s));
-        AGMM_CUDA_TRY(st, err, cudaEventRecord(se->events[2 * i], s));
-        AGMM_TRY(st, run_once(se, p));
-        AGMM_CUDA_TRY(st, err, cudaEventRecord(se->events[2 * i + 1], s));
+    for (int j = 0; j < k; j++) {
+        AGMM_CUDA_TRY(st, err, cudaMemsetAsync(se->flush, j & 1, se->flush_bytes, s));
+        AGMM_CUDA_TRY(st, err, cudaEventRecord(se->events[2 * j], s));
+        AGMM_TRY(st, run_once(se, p[j]));
+        AGMM_CUDA_TRY(st, err, cudaEventRecord(se->events[2 * j + 1], s));
     }
     AGMM_CUDA_TRY(st, err, cudaStreamSynchronize(s));
     AGMM_TRY(st, agmm_ctx_sync(se->ctx));
-    for (int i = 0; i < n; i++) {
+    for (int j = 0; j < k; j++) {
         float ms = 0;
-        AGMM_CUDA_TRY(st, err, cudaEventElapsedTime(&ms, se->events[2 * i], se->events[2 * i + 1]));
-        us[i] = 1e3 * (double)ms;
+        AGMM_CUDA_TRY(st, err, cudaEventElapsedTime(&ms, se->events[2 * j], se->events[2 * j + 1]));
+        *us[j] = 1e3 * (double)ms;
     }
 fail:
 #endif
@@ -352,59 +360,117 @@ static agmm_status agree_max(agmm_ctx *ctx, double mine, double *out)
     return AGMM_SUCCESS;
 }
 
-/* Measures one candidate: *us = the slowest rank's median, or -1 if some rank could not plan it.
- * A failed run is an error for every rank (the ranks are out of step). */
-static agmm_status measure_one(session *se, const agmm_backend *b, double share_ms, double *us, int *runs)
+/* The error of a run that failed on some rank: the ranks are out of step. */
+static agmm_status out_of_step(session *se, const agmm_backend *b, agmm_status st)
+{
+    return st != AGMM_SUCCESS ? st
+                              : AGMM_FAIL(agmm_ctx_err(se->ctx), AGMM_ERR_INTERNAL,
+                                          "rank %d: backend=auto: a run of %s/%s failed on another rank while "
+                                          "measuring it: the ranks are out of step",
+                                          agmm_ctx_info(se->ctx)->rank, agmm_op_name(se->type->op), b->name);
+}
+
+/* A candidate planned, its input filled and its warm-up run done, waiting for its timed rounds. */
+typedef struct {
+    int index;            /* in the tune result's candidates */
+    agmm_plan *plan;
+    double warm_us;       /* the slowest rank's warm-up run */
+} held;
+
+/* Plans b on every rank, fills its input and runs it once (the warm-up, timed): *out the plan,
+ * or NULL where some rank could not plan it (then no rank has it). beside: other candidates' plans
+ * are held. A failed run is an error for every rank (the ranks are out of step). */
+static agmm_status prepare(session *se, const agmm_backend *b, int beside, agmm_plan **out, double *warm_us)
 {
     agmm_ctx *ctx = se->ctx;
-    agmm_error *err = agmm_ctx_err(ctx);
     agmm_plan *p = NULL;
-    double agreed = -1, *t = se->times;
+    double agreed = -1, us = -1, *usp = &us;
+    const tune_state *ts = agmm_ctx_api_state(ctx);
     agmm_status st = se->type->plan_with(&p, ctx, se->desc, b->name), ast;
+    /* The test hook fails the plan here, after the collective creation, as a rank's shortage of
+     * memory would: every rank then destroys it below. */
+    if (st == AGMM_SUCCESS && strcmp(ts->refuse_backend, b->name) == 0 && (beside || !ts->refuse_beside_only))
+        st = AGMM_FAIL(agmm_ctx_err(ctx), AGMM_ERR_NO_MEMORY, "rank %d: %s refused by the test hook",
+                       agmm_ctx_info(ctx)->rank, b->name);
     /* The candidates run in lockstep by construction (agree_max); a run check's exchange would only
      * add its cost to the times that auto compares and caches. */
     if (p != NULL)
         p->check_runs = 0;
-    *us = -1;
+    *out = NULL;
     ast = agree_max(ctx, st == AGMM_SUCCESS ? 0.0 : -1.0, &agreed);
     if (ast == AGMM_SUCCESS && agreed < 0) {
         agmm_log(agmm_ctx_info(ctx)->log_level, AGMM_LOG_DEBUG, agmm_ctx_info(ctx)->rank,
-                 "auto: %s/%s left out: a rank could not plan it (here: %s)", agmm_op_name(se->type->op), b->name,
-                 st == AGMM_SUCCESS ? "planned" : agmm_last_error(ctx));
+                 "auto: %s/%s not planned: a rank could not plan it (here: %s)", agmm_op_name(se->type->op),
+                 b->name, st == AGMM_SUCCESS ? "planned" : agmm_last_error(ctx));
         agmm_plan_destroy(p);
-        agmm_error_clear(err);
+        agmm_error_clear(agmm_ctx_err(ctx));
         return AGMM_SUCCESS;
     }
-    /* The warm-up run, whose time (the slowest rank's) sets how many runs fit in the share. */
     if (ast == AGMM_SUCCESS) {
         st = fill(se, agmm_plan_input(p), se->input_bytes, 1);
         if (st == AGMM_SUCCESS)
-            st = time_runs(se, p, 1, t);
-        ast = agree_max(ctx, st == AGMM_SUCCESS ? t[0] : -1.0, &agreed);
+            st = time_round(se, &p, 1, &usp);
+        ast = agree_max(ctx, st == AGMM_SUCCESS ? us : -1.0, warm_us);
     }
-    if (ast == AGMM_SUCCESS && agreed >= 0) {
-        *runs = agreed > 0 ? (int)fmin(se->runs_max, fmax(1, floor(1e3 * share_ms / agreed))) : se->runs_max;
+    if (ast == AGMM_SUCCESS && *warm_us < 0)
+        ast = out_of_step(se, b, st);
+    if (ast == AGMM_SUCCESS)
+        *out = p;
+    else
+        agmm_plan_destroy(p);
+    return ast;
+}
+
+/* The timed rounds of the held candidates h[0..k-1], then their plans destroyed: in each round
+ * every candidate runs once, the first of the round rotating; r->cand_us[] gets each one's
+ * slowest rank's median. Rounds: as many as fit in share_ms by the warm-up times, 1 to runs_max.
+ * Taking turns is the point: under a long product's load a GPU's clock moves (an H100 at its
+ * 700 W cap: 1980 MHz for the first tens of milliseconds, then 1100-1425 MHz, back and forth;
+ * docs/results, thirty-second session), and candidates timed one after another each met another
+ * clock, up to 14% apart on the same cuBLASLt kernel. */
+static agmm_status time_held(session *se, held *h, int k, double share_ms, agmm_tune_result *r)
+{
+    agmm_status st = AGMM_SUCCESS, ast = AGMM_SUCCESS;
+    double sum = 0;
+    for (int j = 0; j < k; j++)
+        sum += h[j].warm_us;
+    const int rounds = sum > 0 ? (int)fmin(se->runs_max, fmax(1, floor(1e3 * share_ms / sum))) : se->runs_max;
+    agmm_plan *order[AGMM_TUNE_MAX_CANDIDATES];
+    double *us[AGMM_TUNE_MAX_CANDIDATES];
+    for (int round = 0; round < rounds && st == AGMM_SUCCESS; round++) {
+        for (int q = 0; q < k; q++) {
+            const int j = (q + round) % k;
+            order[q] = h[j].plan;
+            us[q] = &se->times[(size_t)j * (size_t)se->runs_max + (size_t)round];
+        }
+        st = time_round(se, order, k, us);
+    }
+    if (rounds > r->runs)
+        r->runs = rounds;
+    const tune_state *ts = agmm_ctx_api_state(se->ctx);
+    for (int j = 0; j < k && ast == AGMM_SUCCESS; j++) {
+        double *t = &se->times[(size_t)j * (size_t)se->runs_max];
         agmm_stats stats = {0};
-        st = time_runs(se, p, *runs, t);
-        const tune_state *ts = agmm_ctx_api_state(ctx);
-        for (int i = 0; strcmp(ts->delay_backend, b->name) == 0 && i < *runs; i++)
+        for (int i = 0; strcmp(ts->delay_backend, h[j].plan->backend->name) == 0 && i < rounds; i++)
             t[i] += ts->delay_us;
         if (st == AGMM_SUCCESS)
-            agmm_stats_compute(t, *runs, &stats);
-        ast = agree_max(ctx, st == AGMM_SUCCESS ? stats.median : -1.0, us);
+            agmm_stats_compute(t, rounds, &stats);
+        double *agreed = &r->cand_us[h[j].index];
+        ast = agree_max(se->ctx, st == AGMM_SUCCESS ? stats.median : -1.0, agreed);
+        if (ast == AGMM_SUCCESS && *agreed < 0)
+            ast = out_of_step(se, h[j].plan->backend, st);
     }
-    if (ast == AGMM_SUCCESS && (agreed < 0 || *us < 0))
-        ast = st != AGMM_SUCCESS ? st
-                                 : AGMM_FAIL(err, AGMM_ERR_INTERNAL,
-                                             "rank %d: backend=auto: a run of %s/%s failed on another rank while "
-                                             "measuring it: the ranks are out of step",
-                                             agmm_ctx_info(ctx)->rank, agmm_op_name(se->type->op), b->name);
-    agmm_plan_destroy(p);
+    for (int j = 0; j < k; j++)
+        agmm_plan_destroy(h[j].plan);
     return ast;
 }
 
 /* Step 2 of the header comment: fills r (choice, candidates' times, cost), with rank 0's knobs:
- * at most runs_max timed runs of a candidate, budget_ms of them for all. Collective. */
+ * at most runs_max timed runs of a candidate, budget_ms of them for all. Collective. The
+ * candidates are planned one after another and held together, so that their timed runs take
+ * turns (time_held); one that cannot be planned beside the held ones is tried again alone after
+ * they have been timed and destroyed (a device short of memory for all at once), and dropped only
+ * if it cannot be planned alone either. */
 static agmm_status measure(agmm_ctx *ctx, agmm_op op, const void *desc, const agmm_backend *const *cand, int n,
                            int runs_max, double budget_ms, agmm_tune_result *r)
 {
@@ -422,17 +488,34 @@ static agmm_status measure(agmm_ctx *ctx, agmm_op op, const void *desc, const ag
         r->how = AGMM_TUNE_STATIC;
         r->choice = static_choice(cand, n);
     }
-    int best = -1;
+    held h[AGMM_TUNE_MAX_CANDIDATES];
+    int k = 0;
     for (int i = 0; ast == AGMM_SUCCESS && agreed >= 0 && i < n; i++) {
-        int runs = 0;
         r->cand[i] = cand[i];
-        ast = measure_one(&se, cand[i], budget_ms / n, &r->cand_us[i], &runs);
+        r->cand_us[i] = -1;
         r->ncand = i + 1;
-        if (runs > r->runs)
-            r->runs = runs;
+        agmm_plan *p = NULL;
+        ast = prepare(&se, cand[i], k > 0, &p, &h[k].warm_us);
+        if (ast == AGMM_SUCCESS && p == NULL && k > 0) {
+            ast = time_held(&se, h, k, budget_ms * k / n, r);
+            k = 0;
+            if (ast == AGMM_SUCCESS)
+                ast = prepare(&se, cand[i], 0, &p, &h[k].warm_us);
+        }
+        if (p != NULL) {
+            h[k].index = i;
+            h[k++].plan = p;
+        }
+    }
+    if (ast == AGMM_SUCCESS && k > 0)
+        ast = time_held(&se, h, k, budget_ms * k / n, r);
+    else
+        for (int j = 0; j < k; j++)
+            agmm_plan_destroy(h[j].plan);
+    int best = -1;
+    for (int i = 0; ast == AGMM_SUCCESS && i < r->ncand; i++)
         if (r->cand_us[i] >= 0 && (best < 0 || r->cand_us[i] < r->cand_us[best]))
             best = i;
-    }
     if (best >= 0)
         r->choice = cand[best];
     session_close(&se);

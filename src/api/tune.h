@@ -3,8 +3,9 @@
  *
  * Rank 0 decides how to decide and tells every rank (one host exchange), so that every rank
  * makes the same collective calls: the static rule (the table's auto_order), a choice cached in
- * rank 0's memory or in the cache file, or measuring, where every rank plans, runs and times
- * every candidate in table order and all take the candidate whose slowest rank was fastest.
+ * rank 0's memory or in the cache file, or measuring, where every rank plans every candidate
+ * in table order, times them taking turns, and all take the candidate whose slowest rank was
+ * fastest.
  * tune.c decides and measures; tune_cache.c keeps the keys, the in-memory table and the file. */
 #ifndef AGMM_API_TUNE_H
 #define AGMM_API_TUNE_H
@@ -27,7 +28,7 @@ typedef struct {
     agmm_tune_how how;
     const agmm_backend *choice;
     double tune_ms;        /* wall time this rank spent measuring (candidates' plans and runs); 0 if not */
-    int runs;              /* timed runs per candidate (the most any candidate had) */
+    int runs;              /* timed runs per candidate (rounds; the most any group had) */
     int ncand;             /* candidates measured (how == AGMM_TUNE_MEASURED) */
     const agmm_backend *cand[AGMM_TUNE_MAX_CANDIDATES];
     double cand_us[AGMM_TUNE_MAX_CANDIDATES]; /* the slowest rank's median, < 0: it could not be planned */
@@ -49,6 +50,11 @@ void agmm_tune_release(agmm_ctx *ctx);
  * the backend called `backend` (the measurement only; the runs are unchanged), so that a test
  * can make one rank see one backend as slow. NULL: none. Local. AGMM_ERR_NO_MEMORY. */
 agmm_status agmm_tune_set_test_delay(agmm_ctx *ctx, const char *backend, double extra_us);
+
+/* Test hook: from now on, this rank fails to plan the backend called `backend` as a candidate
+ * (AGMM_ERR_NO_MEMORY, as a device short of memory would): only while auto holds other
+ * candidates' plans (beside_only = 1), or always (0). NULL: none. Local. AGMM_ERR_NO_MEMORY. */
+agmm_status agmm_tune_set_test_refusal(agmm_ctx *ctx, const char *backend, int beside_only);
 
 /* ---- tune_cache.c ---- */
 
