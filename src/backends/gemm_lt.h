@@ -39,10 +39,11 @@ enum {
  * 8, and its first was up to 9% slower than the fastest of them on the H200's seed and model
  * shapes (18% at 256^3), so each is run on random scratch operands of the plan's shape with the
  * L2 flushed before each run (as agmm-bench times; on warm operands the pick lost up to 14% to
- * torch.matmul's kernel in agmm-bench, docs/results 2026-12-05) and the fastest kept (where it
- * gains 1% or more; once per shape in a process; AGMM_LT_TUNE=0 turns it off). That costs the
- * plan a few milliseconds and, for the largest shapes, ~0.1 s, and scratch memory of the operands'
- * size and twice the L2 (skipped where over a quarter of the free memory). Products of one shape
+ * torch.matmul's kernel in agmm-bench, docs/results 2026-12-05), once untimed and then in three
+ * rounds of one run each, taking turns (the GPU's clock moves under load), and the fastest
+ * median kept (where it gains 1% or more; once per shape in a process; AGMM_LT_TUNE=0 turns it
+ * off). That costs the plan a few milliseconds and, for the largest shapes, ~0.2 s, and scratch
+ * memory of the operands' size and twice the L2 (skipped where over a quarter of the free memory). Products of one shape
  * may then differ in their last bits between processes; not within one. */
 agmm_status agmm_gemm_lt_create(agmm_gemm_lt **out, cublasLtHandle_t lt, int64_t rows, int64_t n, int64_t k,
                                 agmm_layout b_layout, unsigned align_bytes, size_t workspace_bytes, unsigned flags,
