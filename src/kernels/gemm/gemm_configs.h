@@ -85,7 +85,10 @@
  * shapes at W = 1, 2, 4, 8 and the 6 model shapes, configs 0-28 and 128 x 112/s6/pp, GROUP_M 16
  * (docs/results/h100_2026-12-06i/lab_all_pp_widths_1.csv). A second run right after it
  * (lab_all_pp_widths_2.csv.xz) timed these picks at 1.063 of best cuBLAS (geomean over the 130
- * shapes), its own fastest-per-shape 1.060, the table before 1.080. */
+ * shapes), its own fastest-per-shape 1.060, the table before 1.080. One row changed since:
+ * 6912 x 3456 x 3456 takes 192x192x64/s4, 5-13% faster than that run's pick (128x144x64/s6/pp) in
+ * three later runs (docs/results/h100_2026-12-07e: lab_large_A.csv, lab_large_B.csv,
+ * lab_pairs_192_256.csv). */
 #define AGMM_GEMM_MEASURED_H100(X) \
     X(256, 256, 256, "64x128x64/s8") \
     X(384, 384, 384, "64x128x64/s8") \
@@ -160,7 +163,7 @@
     X(6400, 3200, 3200, "128x256x64/s4/c2") \
     X(6656, 1664, 1664, "128x256x64/s4/c2") \
     X(6656, 3328, 3328, "128x176x64/s5/pp") \
-    X(6912, 3456, 3456, "128x144x64/s6/pp") \
+    X(6912, 3456, 3456, "192x192x64/s4") \
     X(7168, 896, 896, "128x128x64/s6/pp") \
     X(7168, 1792, 1792, "128x256x64/s4") \
     X(7168, 3584, 3584, "128x256x64/s4") \
