@@ -23,12 +23,17 @@ M=1,8,32,128 N=8192 K=3584; their M is the rows of S, their TFLOP/s per GPU 2MNK
 Shapes: M = N = K from 256 to 4096 step 128 (the seed's 31; M is rows per rank), or --shapes
 START:STOP:STEP / --shape M,N,K (repeatable). Sizes: the seed's 4093 ... 2^20 bf16 elements.
 
-Timing, the seed's way: per column, --warmup calls (50), a barrier, a 2e7-cycle sleep so the host
-queues ahead, then --iters calls (100), each with the 256 MB L2 flush (a buffer zeroed) before it
-and CUDA events around it, on rank 0's current stream; the mean is the table's number (the seed's
-return_mode), the median is reported too. Unlike the seed, A is filled (randn; the seed left it
-uninitialised) and no profiler runs on rank 0. Inputs are made per column, outputs allocated inside
-each call, as in the seed.
+Timing, the seed's way but for the turns: per column, --warmup calls (50); then the columns of a
+shape take turns in --turns rounds (5): in each, every column in turn (the first rotating) gets a
+barrier, a 2e7-cycle sleep so the host queues ahead, then --iters/--turns calls (100 in all), each
+with the 256 MB L2 flush (a buffer zeroed) before it and CUDA events around it, on rank 0's current
+stream; the mean is the table's number (the seed's return_mode), the median is reported too. The
+seed times each column's calls in one go, one column after the other; under a long product's load
+the GPU's clock moves (an H100 at its power cap: 1980 MHz for the first calls, then 1100-1425 MHz,
+back and forth; docs/results, thirty-second session), so the columns timed later met another clock.
+--turns 1 is the seed's order. Unlike the seed, A is filled (randn; the seed left it uninitialised)
+and no profiler runs on rank 0. Inputs are made per column and kept while the shape's columns take
+turns, outputs allocated inside each call, as in the seed.
 
 Checks: every column's first call (untimed, fresh inputs) against nccl's result: the gathered A
 bit for bit, C (or the reduced vector) within a relative Frobenius error of 1e-2. A wrong cell is
@@ -95,6 +100,8 @@ def options():
     arn.add_options(ap)
     ap.add_argument("--warmup", type=int, default=50)
     ap.add_argument("--iters", type=int, default=100)
+    ap.add_argument("--turns", type=int, default=5,
+                    help="rounds in which a shape's columns take turns, iters/turns calls each (1: the seed's order)")
     ap.add_argument("--no-flush", action="store_true", help="skip the L2 flush before each call")
     ap.add_argument("--backends", help="agmm backends to run (default: all the library has)")
     ap.add_argument("--agmm-input", choices=("symm", "copy"), default="symm",
@@ -110,28 +117,31 @@ def options():
     args.sizes = [parse_size(s) for s in args.sizes.split(",")]
     if args.plot and not args.out:
         ap.error("--plot needs --out")
+    if not 1 <= args.turns <= args.iters:
+        ap.error(f"--turns {args.turns}: must be 1..--iters ({args.iters})")
     return args
 
 
 # ---- timing and checking ---------------------------------------------------------------------------
 
 class Timer:
-    """The seed's benchmark_distributed: warm-up, barrier, sleep, then per call an L2 flush and
-    CUDA events around the call; times of this rank's current stream.
+    """The seed's benchmark_distributed, in turns: per column a warm-up; then per round and column a
+    barrier, a sleep, and per call an L2 flush and CUDA events around the call; times of this
+    rank's current stream.
 
     The sleep is what keeps host time out of the events: while the GPU sleeps the host enqueues
-    every timed call, so each call's kernels are queued before its start event runs. The seed's
-    fixed 2e7 cycles (~12 ms) cover 100 calls only if each takes under ~120 us of host time, and a
-    column whose Python path is slower would be timed with the host's gaps inside its events. So the
-    sleep is the seed's or, where that is too short, 1.5 x the enqueue time measured on the warm-up
-    (the longest of all ranks', so they stay in step); a loop that still outlasts it is reported in
-    the cell's note."""
+    every call of the block, so each call's kernels are queued before its start event runs. The
+    seed's fixed 2e7 cycles (~12 ms) cover 100 calls only if each takes under ~120 us of host time,
+    and a column whose Python path is slower would be timed with the host's gaps inside its events.
+    So the sleep is the seed's or, where that is too short, 1.5 x the block's enqueue time measured
+    on the warm-up (the longest of all ranks', so they stay in step); a block that still outlasts it
+    is reported in the cell's note."""
 
     SEED_CYCLES = int(2e7)
     MAX_CYCLES = int(4e9)
 
     def __init__(self, args):
-        self.warmup, self.iters = args.warmup, args.iters
+        self.warmup, self.iters, self.turns = args.warmup, args.iters, args.turns
         self.flush = None if args.no_flush else torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
         self.ms_per_cycle = None
 
@@ -155,36 +165,50 @@ class Timer:
             fn()
             end.record()
 
-    def __call__(self, fn):
+    def warm(self, fn):
+        """The warm-up calls, then the host's time per timed call (ms): a few calls enqueued as the
+        timed blocks do."""
         for _ in range(self.warmup):
             fn()
-        # The host's time per timed call: a few calls enqueued as the timed loop does.
         probe = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                  for _ in range(min(10, self.iters))]
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         self._enqueue(fn, probe)
         host_ms = (time.perf_counter() - t0) * 1e3 / len(probe)
+        torch.cuda.synchronize()
+        return host_ms
+
+    def block(self, fn, calls, host_ms):
+        """One column's turn: the sleep, then `calls` timed calls; (their events, a host-bound note)."""
         ms_per_cycle = self._sleep_ms_per_cycle()
-        want = min(max(self.SEED_CYCLES, int(1.5 * self.iters * host_ms / ms_per_cycle)), self.MAX_CYCLES)
+        want = min(max(self.SEED_CYCLES, int(1.5 * calls * host_ms / ms_per_cycle)), self.MAX_CYCLES)
         cycles = torch.tensor([want], dtype=torch.int64, device="cuda")
         dist.all_reduce(cycles, op=dist.ReduceOp.MAX)
         cycles = int(cycles.item())
         dist.barrier()
         torch.cuda.synchronize()
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(self.iters)]
+                  for _ in range(calls)]
         torch.cuda._sleep(cycles)
         t0 = time.perf_counter()
         self._enqueue(fn, events)
         enqueue_ms = (time.perf_counter() - t0) * 1e3
         torch.cuda.synchronize()
-        times = [start.elapsed_time(end) * 1e3 for start, end in events]
         sleep_ms = cycles * ms_per_cycle
-        note = (f"host-bound: {self.iters} calls took {enqueue_ms:.1f} ms to enqueue, the sleep {sleep_ms:.1f} ms"
+        note = (f"host-bound: {calls} calls took {enqueue_ms:.1f} ms to enqueue, the sleep {sleep_ms:.1f} ms"
                 if enqueue_ms > sleep_ms else "")
+        return events, note
+
+    def calls_of(self, turn):
+        """How many timed calls a column makes in round `turn` (iters in all)."""
+        return self.iters // self.turns + (1 if turn < self.iters % self.turns else 0)
+
+    @staticmethod
+    def summary(events, notes):
+        times = [start.elapsed_time(end) * 1e3 for start, end in events]
         return {"mean_us": statistics.fmean(times), "median_us": statistics.median(times),
-                "min_us": min(times), "max_us": max(times), "host_note": note}
+                "min_us": min(times), "max_us": max(times), "host_note": next((n for n in notes if n), "")}
 
 
 def rel_err(got, want):
@@ -315,14 +339,14 @@ def baseline(op):
 
 
 def measure(columns, op, timer):
-    """{column: row fields}. A column's inputs come fresh; the baseline's first result is the golden one."""
-    out, golden = {}, None
+    """{column: row fields}. A column's inputs come fresh; the baseline's first result is the golden one.
+    Every column is made, checked and warmed up, then the columns take turns (Timer)."""
+    out, golden, ready = {}, None, {}
     for name, col in columns.items():
         if isinstance(col, Absent):
             out[name] = {"state": col.state, "note": col.why}
             continue
         make, call = col
-        inputs = None
         try:
             inputs = make()
             first = call(*inputs)
@@ -332,18 +356,38 @@ def measure(columns, op, timer):
                 ok, err, exact_a, note = True, 0.0, 1, ""
             else:
                 ok, err, exact_a, note = check(first, golden, op)
-            row = {"state": "ok" if ok else "wrong", "err": err, "exact_a": exact_a, "note": note}
-            timing = timer(lambda: call(*inputs))
-            host_note = timing.pop("host_note")
-            row.update(timing)
-            row["note"] = "; ".join(x for x in (note, host_note) if x)
+            first = None
+            out[name] = {"state": "ok" if ok else "wrong", "err": err, "exact_a": exact_a, "note": note}
+            fn = (lambda c=call, i=inputs: c(*i))
+            ready[name] = (fn, timer.warm(fn), [], [])
         except agmm.Unsupported as e:
-            row = {"state": "skipped", "note": str(e)}
+            out[name] = {"state": "skipped", "note": str(e)}
         except Exception as e:          # a column that fails is a cell that says why, as in the seed
-            row = {"state": "failed", "note": f"{type(e).__name__}: {e}".splitlines()[0][:300]}
-        inputs = first = None          # this column's memory goes before the next one's
-        out[name] = row
+            out[name] = failed(e)
+    names = list(ready)
+    for turn in range(timer.turns):
+        for j in range(len(names)):
+            name = names[(j + turn) % len(names)]
+            if name not in ready:
+                continue
+            fn, host_ms, events, notes = ready[name]
+            try:
+                ev, note = timer.block(fn, timer.calls_of(turn), host_ms)
+                events += ev
+                notes.append(note)
+            except Exception as e:
+                out[name] = failed(e)
+                del ready[name]
+    for name, (_, _, events, notes) in ready.items():
+        timing = timer.summary(events, notes)
+        host_note = timing.pop("host_note")
+        out[name].update(timing)
+        out[name]["note"] = "; ".join(x for x in (out[name]["note"], host_note) if x)
     return out
+
+
+def failed(e):
+    return {"state": "failed", "note": f"{type(e).__name__}: {e}".splitlines()[0][:300]}
 
 
 # ---- reporting -----------------------------------------------------------------------------------------
@@ -482,7 +526,7 @@ def run_op(op, args, timer, group_name, meta):
     if rank == 0:
         if args.out:
             write_outputs(op, rows_all, meta, args)
-        unit = f"us, mean of {args.iters} after {args.warmup} warm-ups"
+        unit = f"us, mean of {args.iters} after {args.warmup} warm-ups, the columns taking {args.turns} turns"
         for metric, what in (("median_us", "median"), ("mean_us", "mean")):
             print_table(op, w, rows_by_key, bests, metric,
                         f"Benchmarking results for {op} on {w}x devices. (time_us: {what}; {unit}; "
@@ -514,7 +558,7 @@ def main():
             "cuda": torch.version.cuda, "device": props.name, "world_size": dist.get_world_size(),
             "agmm_library": agmm.library_path()[0],
             "agmm_world": args.agmm_absent.why if args.agmm_absent else at.describe(), "warmup": args.warmup,
-            "iters": args.iters, "l2_flush_bytes": 0 if args.no_flush else FLUSH_BYTES,
+            "iters": args.iters, "turns": args.turns, "l2_flush_bytes": 0 if args.no_flush else FLUSH_BYTES,
             "agmm_input": args.agmm_input, "argv": sys.argv[1:]}
     if dist.get_rank() == 0:
         print(f"# torch {torch.__version__} (CUDA {torch.version.cuda}), {dist.get_world_size()} x {props.name}; "
