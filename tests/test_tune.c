@@ -14,7 +14,8 @@
  *   off              AGMM_TUNE=0 takes the static rule (ce, one_shot) even with a cached choice,
  *                    and touches no file
  *   op types         every operation's type has all that auto needs: its key ends in the
- *                    operation's description, its scratch buffers have the io's sizes
+ *                    operation's description (and says auto=2: measured in turns), its scratch
+ *                    buffers have the io's sizes
  * Every test sets AGMM_TUNE and AGMM_TUNE_CACHE itself (a private directory) and unsets them. */
 #include <ftw.h>
 #include <pthread.h>
@@ -510,7 +511,8 @@ static agmm_status op_types_rank(agmm_ctx *ctx, void *arg)
         size_t kl = strlen(key), tl = strlen(sm->key_tail);
         int ok = nbuf == sm->nbuf && memcmp(bytes, sm->bytes, sizeof bytes) == 0 && kl > tl &&
                  strcmp(key + kl - tl, sm->key_tail) == 0 && strchr(key, '\t') == NULL &&
-                 strstr(key, "device=Some_GPU world=cpu W=2 ") != NULL;
+                 strstr(key, "device=Some_GPU world=cpu W=2 ") != NULL &&
+                 strstr(key, " auto=2 nccl=22809 ") != NULL; /* how auto measures: in turns */
         j->failed = !ok;
         j->checked++;
         snprintf(j->msg, sizeof j->msg, "%s: key \"%.400s\", %d scratch buffers (%zu %zu %zu bytes)",

@@ -25,6 +25,10 @@
 #define HEADER "# agmm tune cache v1"
 #define LINE_BYTES 1024
 #define LOCK_WAIT_MS 2000
+/* How auto measures, in every key: a choice measured another way is never matched and costs one
+ * measurement. 2: the candidates take turns (tune.c's time_held); keys before it had none, and
+ * their candidates were timed one after another, which a moving clock made unreliable. */
+#define MEASURING 2
 
 static const char *kind_name(agmm_world_kind kind)
 {
@@ -40,7 +44,7 @@ static const char *kind_name(agmm_world_kind kind)
 void agmm_tune_key(const agmm_plan *shape, const char *device, int nccl_version, char *key, size_t len)
 {
     const agmm_rank_info *ri = agmm_ctx_info(shape->ctx);
-    int used = snprintf(key, len, "agmm=%d nccl=%d device=", AGMM_VERSION, nccl_version);
+    int used = snprintf(key, len, "agmm=%d auto=%d nccl=%d device=", AGMM_VERSION, MEASURING, nccl_version);
     /* The device's name with its blanks made underscores: a key is one field of a line. */
     for (const char *c = device; *c && used + 1 < (int)len; c++)
         key[used++] = (*c == ' ' || *c == '\t') ? '_' : *c;
