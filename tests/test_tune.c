@@ -210,10 +210,12 @@ static agmm_status choose_rank(agmm_ctx *ctx, void *arg)
 {
     choose_job *j = arg;
     int rank = agmm_ctx_rank(ctx);
+    agmm_tune_test_hooks hooks = {0};
     if (j->delay_backend && rank == j->delay_rank)
-        agmm_tune_set_test_delay(ctx, j->delay_backend, 1e6);
+        hooks.delay = j->delay_backend, hooks.delay_us = 1e6;
     if (j->refuse_backend && rank == j->refuse_rank)
-        agmm_tune_set_test_refusal(ctx, j->refuse_backend, j->refuse_beside_only);
+        hooks.refuse = j->refuse_backend, hooks.refuse_beside_only = j->refuse_beside_only;
+    agmm_tune_set_test_hooks(ctx, &hooks);
     for (int i = 0; i < j->plans; i++) {
         agmm_plan *p = NULL;
         agmm_status st;

@@ -63,9 +63,9 @@ typedef struct {
     char device[256];          /* the device's name, once asked */
     int nccl_version;
     agmm_tune_result last;
-    char delay_backend[32];    /* test hook (agmm_tune_set_test_delay) */
+    char delay_backend[32];    /* the test hooks (agmm_tune_set_test_hooks) */
     double delay_us;
-    char refuse_backend[32];   /* test hook (agmm_tune_set_test_refusal) */
+    char refuse_backend[32];
     int refuse_beside_only;
 } tune_state;
 
@@ -96,23 +96,15 @@ void agmm_tune_release(agmm_ctx *ctx)
     agmm_ctx_set_api_state(ctx, NULL);
 }
 
-agmm_status agmm_tune_set_test_delay(agmm_ctx *ctx, const char *backend, double extra_us)
+agmm_status agmm_tune_set_test_hooks(agmm_ctx *ctx, const agmm_tune_test_hooks *hooks)
 {
     tune_state *ts = state_of(ctx);
     if (ts == NULL)
         return AGMM_ERR_NO_MEMORY;
-    snprintf(ts->delay_backend, sizeof ts->delay_backend, "%s", backend ? backend : "");
-    ts->delay_us = extra_us;
-    return AGMM_SUCCESS;
-}
-
-agmm_status agmm_tune_set_test_refusal(agmm_ctx *ctx, const char *backend, int beside_only)
-{
-    tune_state *ts = state_of(ctx);
-    if (ts == NULL)
-        return AGMM_ERR_NO_MEMORY;
-    snprintf(ts->refuse_backend, sizeof ts->refuse_backend, "%s", backend ? backend : "");
-    ts->refuse_beside_only = beside_only;
+    snprintf(ts->delay_backend, sizeof ts->delay_backend, "%s", hooks->delay ? hooks->delay : "");
+    ts->delay_us = hooks->delay_us;
+    snprintf(ts->refuse_backend, sizeof ts->refuse_backend, "%s", hooks->refuse ? hooks->refuse : "");
+    ts->refuse_beside_only = hooks->refuse_beside_only;
     return AGMM_SUCCESS;
 }
 

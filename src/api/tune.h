@@ -46,15 +46,22 @@ const agmm_tune_result *agmm_tune_last(const agmm_ctx *ctx);
 /* Frees this rank's tuning state (its in-memory cache). Local; with the context. */
 void agmm_tune_release(agmm_ctx *ctx);
 
-/* Test hook: from now on, this rank adds `extra_us` to what it measures for every timed run of
- * the backend called `backend` (the measurement only; the runs are unchanged), so that a test
- * can make one rank see one backend as slow. NULL: none. Local. AGMM_ERR_NO_MEMORY. */
-agmm_status agmm_tune_set_test_delay(agmm_ctx *ctx, const char *backend, double extra_us);
+/* Test hooks, so that a test can make one rank see one backend as slow or unplannable. From now
+ * on, while auto measures, this rank
+ *   adds delay_us to every timed run of the backend named `delay` (the measurement only; the runs
+ *   are unchanged), and
+ *   fails to plan the backend named `refuse` as a candidate (AGMM_ERR_NO_MEMORY, as a device
+ *   short of memory would): only while other candidates' plans are held (refuse_beside_only),
+ *   or always.
+ * A NULL name: none. Local. AGMM_ERR_NO_MEMORY. */
+typedef struct {
+    const char *delay;
+    double delay_us;
+    const char *refuse;
+    int refuse_beside_only;
+} agmm_tune_test_hooks;
 
-/* Test hook: from now on, this rank fails to plan the backend called `backend` as a candidate
- * (AGMM_ERR_NO_MEMORY, as a device short of memory would): only while auto holds other
- * candidates' plans (beside_only = 1), or always (0). NULL: none. Local. AGMM_ERR_NO_MEMORY. */
-agmm_status agmm_tune_set_test_refusal(agmm_ctx *ctx, const char *backend, int beside_only);
+agmm_status agmm_tune_set_test_hooks(agmm_ctx *ctx, const agmm_tune_test_hooks *hooks);
 
 /* ---- tune_cache.c ---- */
 
