@@ -17,7 +17,8 @@ label=busy
 
 timeout_s=0.5
 shape=128,256,256
-common=(--world cpu --warmup 0 --no-flush --backends nccl --timeout "$timeout_s")
+# --turns 1: the plain GEMM's calls in one block, one solo spell (bench_turns.h).
+common=(--world cpu --warmup 0 --no-flush --backends nccl --turns 1 --timeout "$timeout_s")
 
 # csv_field FILE COLUMN: the column's value in the first row of an agmm-bench CSV.
 csv_field() {
@@ -61,8 +62,8 @@ iters=$(iters_for 30)
 for victim in 0 1; do
     start 3 "0 1 2" -- "$bench" "${common[@]}" --shape "$shape" --iters "$iters"
     # Rank 0 says what it does once the row has run 3 s: it is then busy timing, alone.
-    for _ in $(seq 400); do grep -q 'timing the plain GEMM' "$OUT.0.err" 2>/dev/null && break; sleep 0.05; done
-    told=$(grep -c 'timing the plain GEMM (' "$OUT.0.err")
+    for _ in $(seq 400); do grep -q 'timing the plain GEMM, round 1 of 1' "$OUT.0.err" 2>/dev/null && break; sleep 0.05; done
+    told=$(grep -c 'timing the plain GEMM, round 1 of 1 (' "$OUT.0.err")
     kill -9 "${PIDS[$victim]}"
     killed=$(now)
     ok=0 names=""

@@ -49,6 +49,9 @@ bad "multiple of 8" --world cpu --b-layout row --shape 8,12,8
 bad "multiple of 8" --world cpu --shape 8,12,8 --b-layout row
 bad splits=100 --world cpu --shape 64,64,64 --splits 100
 bad "--splits 100" --world cpu --splits 100
+bad --turns --turns 0
+bad "--turns 4: must be at most --iters (3)" --world cpu --iters 3 --turns 4
+bad "--turns 6: must be at most --iters (5, this world's default)" --world cpu --turns 6
 bad --shape --world cpu --shape "2^,8,8"
 bad one_shot --world cpu --op ag_matmul --backends one_shot
 bad "listed twice" --world cpu --backends nccl,ce,nccl
@@ -176,6 +179,32 @@ awk -F, 'NR > 1 && $9 == "ok" && !($14 > 0) { bad = 1 } END { exit bad }' "$tmp/
 check "CSV TFLOP/s of ok cells are positive" $?
 python3 -c "import json, sys; json.load(open(sys.argv[1]))" "$tmp/r.json" 2>/dev/null
 check "JSON parses" $?
+
+# A row's figures take turns: every CSV line says in how many rounds (the --iters 2 above: 2) and
+# that the row was held whole (alone = 0); --alone holds one backend at a time (alone = 1).
+awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } $c["turns"] != 2 || $c["alone"] != 0 { bad = 1 }
+         END { exit bad || NR < 2 }' "$tmp/r.csv"
+check "CSV: every line of a row held whole says turns=2 (= --iters 2), alone=0" $?
+"$bench" --world cpu --ranks 3 --shape 40,24,16 --warmup 1 --iters 3 --turns 3 --alone --csv "$tmp/alone.csv" \
+    >"$tmp/out" 2>"$tmp/err"
+rc=$?
+awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } $c["state"] != "ok" || $c["turns"] != 3 || $c["alone"] != 1 { bad = 1 }
+         END { exit bad || NR < 2 }' "$tmp/alone.csv"
+check "--alone: every cell ok, its lines say turns=3, alone=1 (got $rc; $(tail -c 200 "$tmp/err"))" $(( rc != 0 || $? != 0 ))
+# The rounds rotate: a 400 ms delay on rank 0's every run makes the row long enough for rank 0 to
+# tell each phase (bench_progress.h: after 3 s), so the order of nccl's and ce's blocks in each
+# told round shows. The figures are the plain GEMM, nccl and ce; round r (from 1) starts at figure
+# (r - 1) mod 3: nccl before ce where that is 0 or 1, ce before nccl where it is 2.
+timeout 120 "$bench" --world cpu --ranks 2 --shape 32,16,16 --backends nccl,ce --warmup 0 --iters 9 --turns 9 \
+    --no-flush --fault rank=0,at=run,action=delay,ms=400 >"$tmp/out" 2>"$tmp/err"
+rc=$?
+order=$(sed -n -E 's/.*, (nccl|ce): timing runs, round ([0-9]+) of 9 .*/\2 \1/p' "$tmp/err" |
+    awk '{ if (!($1 in first)) first[$1] = $2; else both[$1] = 1 }
+         END { for (r in both) { want = (r - 1) % 3 == 2 ? "ce" : "nccl"; if (first[r] != want) bad++; else good[want]++ }
+               printf "%d %d %d", bad + 0, good["nccl"] + 0, good["ce"] + 0 }')
+read -r wrong nccl_first ce_first <<<"$order"
+[ $rc -eq 0 ] && [ "$wrong" -eq 0 ] && [ "$nccl_first" -ge 1 ] && [ "$ce_first" -ge 1 ]
+check "--turns 9: the told rounds rotate (rounds in the wrong order: $wrong; nccl first: $nccl_first, ce first: $ce_first; exit $rc)" $?
 
 # The auto column shows the backend auto chose next to its time (the static rule in the CPU world:
 # ce), the CSV says which and how (columns 25, 26), and auto is never the Best Backend (column 23).

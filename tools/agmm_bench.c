@@ -27,6 +27,8 @@ static void apply_defaults(bench_results *r, agmm_world *world)
         o->warmup = gpu ? 50 : 2;
     if (o->iters < 0)
         o->iters = gpu ? 100 : 5;
+    if (o->turns == 0)
+        o->turns = o->iters < 5 ? o->iters : 5;
     if (o->nrows == 0 && o->op == AGMM_OP_ALL_REDUCE_RMSNORM) {
         const int64_t *t = gpu ? arn_gpu_tokens : arn_cpu_tokens, *h = gpu ? arn_gpu_hidden : arn_cpu_hidden;
         const int nt = gpu ? 6 : 3;
@@ -178,6 +180,13 @@ int main(int argc, char **argv)
         printf("# %s\n", res.world_desc);
     fflush(stdout);
     apply_defaults(&res, world);
+    if (res.opt.turns > res.opt.iters) { /* --turns given, --iters left at this world's default */
+        fprintf(stderr, "%s: --turns %d: must be at most --iters (%d, this world's default): every round times each "
+                        "figure at least once (see --help)\n",
+                bench_who, res.opt.turns, res.opt.iters);
+        agmm_world_destroy(world);
+        return 2;
+    }
     /* The default sweep is only known now: --splits must still fit each of its shapes. */
     for (int i = 0; res.opt.op == AGMM_OP_AG_MATMUL && res.opt.splits > 0 && i < res.opt.nrows; i++) {
         char val[24];

@@ -26,6 +26,10 @@ typedef struct {
     const char *backends[BENCH_MAX_BACKENDS]; /* names from the library's table, or "auto" */
     int nbackends;               /* 0: every backend of the op that runs in the world */
     int warmup, iters;           /* -1: default (50/100 on GPUs, 2/5 on the CPU) */
+    int turns;                   /* rounds in which a row's timed figures take turns; 0: default
+                                    (5, at most iters) */
+    int alone;                   /* --alone: each backend planned, checked, timed and released in
+                                    turn, never held beside the others */
     int flush;
     int check_only;
     int graph;                   /* --graph: also time replays of a CUDA graph of one run */
@@ -57,6 +61,10 @@ typedef struct {
     int64_t m, n, k;             /* ag_matmul shape; all_reduce: n only; all_reduce_rmsnorm: T = m, H = n */
     double gemm_us;              /* plain GEMM on the gathered shape, cuBLASLt/CPU (<= 0: not measured) */
     double engine_us;            /* the same with agmm's GEMM engine (<= 0: not measured) */
+    int turns;                   /* rounds its timed figures took turns in; 0: nothing timed */
+    int alone;                   /* its backends were held one at a time (--alone, or the row too
+                                    big to hold them all): each took turns only with its own graph
+                                    replays, the plain GEMMs only with each other */
     bench_cell cell[BENCH_MAX_BACKENDS];
 } bench_row;
 
@@ -71,7 +79,7 @@ typedef struct {
     int nrows;
     pthread_barrier_t barrier;   /* rank threads meet here (bench_sync.h) */
     pthread_mutex_t mu;          /* guards the cells while ranks merge their checks */
-    int init_failed;             /* a rank could not set up its device (guarded by mu) */
+    int and_failed;              /* a rank answered 0 to the bench_sync_and under way (guarded by mu) */
     agmm_ctx *proc_ctx;          /* a process world: this process's rank, whose host collectives
                                     merge the cells across processes (bench_sync.h); else NULL */
     int world_failed;            /* a process world's meeting failed: the world is unusable, the

@@ -46,6 +46,11 @@ static const char *const usage_head =
     "                      N ranks share the visible GPUs\n"
     "  --warmup N          untimed calls before timing (default 50 on GPUs, 2 on the CPU)\n"
     "  --iters N           timed calls (default 100 on GPUs, 5 on the CPU)\n"
+    "  --turns N           rounds in which a row's backends and plain GEMMs take turns, each\n"
+    "                      getting iters/N calls a round, the first rotating (default 5, at\n"
+    "                      most --iters): each meets the same clocks\n"
+    "  --alone             hold one backend at a time: each is planned, checked, timed and\n"
+    "                      released before the next (what a row too big to hold them all gets)\n"
     "  --no-flush          do not flush the L2 cache before each timed call\n"
     "  --check             check correctness only, time nothing\n"
     "  --graph             also capture one run in a CUDA graph, check a replay against the run\n"
@@ -496,6 +501,10 @@ int bench_parse(int argc, char **argv, bench_options *o)
             if (parse_int(v, 0, 1000000, &o->warmup)) return bad(a, v, "must be an integer in 0..1000000");
         } else if (!strcmp(a, "--iters")) {
             if (parse_int(v, 1, 100000, &o->iters)) return bad(a, v, "must be an integer in 1..100000");
+        } else if (!strcmp(a, "--turns")) {
+            if (parse_int(v, 1, 100000, &o->turns)) return bad(a, v, "must be an integer in 1..100000");
+        } else if (!strcmp(a, "--alone")) {
+            o->alone = 1, takes = 0;
         } else if (!strcmp(a, "--splits")) {
             if (parse_int(v, 1, 1024, &o->splits)) return bad(a, v, "must be an integer in 1..1024");
         } else if (!strcmp(a, "--b-layout")) {
@@ -533,6 +542,13 @@ int bench_parse(int argc, char **argv, bench_options *o)
         return 2;
     if (check_backends(o, backend_names))
         return 2;
+    if (o->turns > 0 && o->iters > 0 && o->turns > o->iters) {
+        agmm_format(why, sizeof why, "must be at most --iters (%d): every round times each figure at least once",
+                    o->iters);
+        char val[16];
+        snprintf(val, sizeof val, "%d", o->turns);
+        return bad("--turns", val, why);
+    }
     o->nrows = nshape_flags;
     for (int i = 0; i < nshape_flags; i++)
         if (bench_check_shape(o, o->shapes[i], "--shape", shape_args[i]))

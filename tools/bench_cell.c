@@ -1,6 +1,6 @@
 /* What every operation's rows share (bench_cell.h): seeded inputs, the cell's verdict merged
- * across ranks, busy spells and phases, and timing: warm-up, the ranks' agreement and timed eager
- * runs; a CUDA graph of one run checked against the eager outputs, then timed replays.
+ * across ranks, busy spells and phases, and what a checked cell keeps for its row's turns (its
+ * plan, io, device buffers, and a CUDA graph of one run checked against the eager outputs).
  *
  * Work a rank does alone (allocating, filling, downloading and checking) is a busy spell
  * (agmm_ctx_busy_begin): peers that reach the next meeting first wait for it without the
@@ -105,64 +105,18 @@ agmm_status cell_run_once(cell_job *j, agmm_plan *plan, const void *io)
     return j->kind->launch(plan, io, j->dev->stream);
 }
 
-/* One timed call: an eager run of the plan, or a replay of its graph `exec`. 0 on success. */
-typedef int (*cell_call)(cell_job *j, agmm_plan *plan, const void *io, void *exec);
-
-static int call_run(cell_job *j, agmm_plan *plan, const void *io, void *exec)
+void *cell_alloc(cell_job *j, size_t bytes)
 {
-    return cell_run_once(j, plan, io) == AGMM_SUCCESS ? 0 : -1;
-}
-
-static int call_replay(cell_job *j, agmm_plan *plan, const void *io, void *exec)
-{
-    return bench_graph_launch(j->dev, exec);
-}
-
-/* Warm-up, agreement, timed loop of `call`; rank 0's times go to *out (returns 1 then). `go` (the
- * same on every rank) says whether to time at all; every rank meets the agreement either way. */
-static int time_calls(cell_job *j, cell_call call, agmm_plan *plan, const void *io, void *exec, int go,
-                      agmm_stats *out)
-{
-    const bench_options *o = &j->res->opt;
-    bench_dev *dev = j->dev;
-    if (go)
-        cell_phase(j, call == call_run ? "warming up and timing runs" : "warming up and timing graph replays");
-    for (int i = 0; go && i < o->warmup; i++)
-        if (call(j, plan, io, exec) != 0)
-            go = cell_fail(j, CELL_ERROR, cell_why(j, "warm-up run failed"));
-    if (go && (agmm_ctx_sync(j->ctx) != AGMM_SUCCESS || bench_sync(dev) != 0))
-        go = cell_fail(j, CELL_ERROR, cell_why(j, "warm-up sync failed"));
-    if (!cell_agreed_ok(j) || !go)
-        return 0;
-    for (int i = 0; i < o->iters; i++) {
-        if (bench_flush(dev) || bench_timer_start(dev, i) || call(j, plan, io, exec) != 0 ||
-            bench_timer_stop(dev, i)) {
-            cell_fail(j, CELL_ERROR, cell_why(j, "timed run failed"));
-            return 0;
-        }
+    cell_held *h = j->held;
+    if (h->nbufs == CELL_MAX_BUFS) {
+        agmm_format(j->dev->err, sizeof j->dev->err, "agmm-bench: a cell holds at most %d device buffers",
+                    CELL_MAX_BUFS);
+        return NULL;
     }
-    double *us = malloc((size_t)o->iters * sizeof *us);
-    if (us == NULL || bench_timer_collect(dev, o->iters, us) != 0 || agmm_ctx_sync(j->ctx) != AGMM_SUCCESS) {
-        cell_fail(j, CELL_ERROR, cell_why(j, "timed run failed"));
-        free(us);
-        return 0;
-    }
-    if (j->rank == 0)
-        agmm_stats_compute(us, o->iters, out);
-    free(us);
-    return j->rank == 0;
-}
-
-void cell_time_plan(cell_job *j, agmm_plan *plan, const void *io, int go)
-{
-    agmm_stats s;
-    if (time_calls(j, call_run, plan, io, NULL, go, &s)) {
-        bench_cell *cell = &j->res->rows[j->row].cell[j->bi];
-        cell->mean_us = s.mean;
-        cell->median_us = s.median;
-        cell->min_us = s.min;
-        cell->max_us = s.max;
-    }
+    void *p = bench_alloc(j->dev, bytes);
+    if (p != NULL)
+        h->bufs[h->nbufs++] = p;
+    return p;
 }
 
 static int compare_replay(cell_job *j, const cell_output *outs, int nouts);
@@ -220,15 +174,12 @@ static int compare_replay(cell_job *j, const cell_output *outs, int nouts)
     return 1;
 }
 
-/* --graph: capture one run of the plan into a CUDA graph on every rank, check that a replay
- * reproduces the eager run's outputs, then (unless --check) time replays as the graph figures.
- * `go` is the same on every rank; so is every collective step below. */
-void cell_time_graph(cell_job *j, agmm_plan *plan, const void *io, const cell_output *outs, int nouts, int go)
+/* --graph: captures one run of the plan into a CUDA graph on every rank and checks that a replay
+ * reproduces the eager run's outputs; the graph is kept for the row's turns where it does. */
+static void keep_graph(cell_job *j, agmm_plan *plan, const void *io, const cell_output *outs, int nouts)
 {
     bench_dev *dev = j->dev;
     void *exec = NULL;
-    if (!go || !dev->gpu)
-        return;
     cell_phase(j, "capturing a CUDA graph");
     if (bench_graph_begin(dev) != 0) {
         cell_fail(j, CELL_ERROR, dev->err);
@@ -242,13 +193,32 @@ void cell_time_graph(cell_job *j, agmm_plan *plan, const void *io, const cell_ou
     /* Instantiation may synchronise the device: every rank has its graph before any replays. */
     if (cell_agreed_ok(j))
         replay_matches(j, exec, outs, nouts);
-    agmm_stats s;
-    if (time_calls(j, call_replay, plan, io, exec, cell_agreed_ok(j) && !j->res->opt.check_only, &s)) {
-        bench_cell *cell = &j->res->rows[j->row].cell[j->bi];
-        cell->graph_mean_us = s.mean;
-        cell->graph_median_us = s.median;
-    }
-    bench_graph_free(exec);
+    j->held->exec = exec;
+}
+
+void cell_keep(cell_job *j, agmm_plan *plan, const void *io, size_t io_bytes, const cell_output *outs, int nouts)
+{
+    cell_held *h = j->held;
+    h->plan = plan;
+    if (io_bytes > sizeof h->io) /* the same on every rank: a row kind's io outgrew the slot */
+        cell_fail(j, CELL_ERROR, "agmm-bench: the operation's io is larger than cell_held's copy");
+    else
+        memcpy(h->io, io, io_bytes);
+    if (j->res->opt.graph && j->dev->gpu && cell_agreed_ok(j))
+        keep_graph(j, plan, h->io, outs, nouts);
+    /* Every rank has its graph or none: a rank whose capture or replay failed failed the cell. */
+    h->timed = cell_agreed_ok(j) && !j->res->opt.check_only;
+    h->replays = h->timed && h->exec != NULL;
+}
+
+void cell_release(cell_job *j)
+{
+    cell_held *h = j->held;
+    bench_graph_free(h->exec);
+    for (int i = 0; i < h->nbufs; i++)
+        bench_free(j->dev, h->bufs[i]);
+    agmm_plan_destroy(h->plan);
+    memset(h, 0, sizeof *h);
 }
 
 const char *cell_why(cell_job *j, const char *fallback)

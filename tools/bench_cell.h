@@ -1,6 +1,7 @@
 /* One cell of agmm-bench's sweep (a row and a backend) and what every operation's rows share:
- * seeded inputs, the cell's verdict merged across ranks, busy spells and phases, timing eager runs
- * and graph replays (bench_cell.c). Each operation's rows are a row kind in a file of their own
+ * seeded inputs, the cell's verdict merged across ranks, busy spells and phases, what a checked
+ * cell holds for its row's timed turns and its graph's check (bench_cell.c); the turns themselves
+ * are bench_turns.c's. Each operation's rows are a row kind in a file of their own
  * (bench_row_*.c), listed in bench_run.c's table. */
 #ifndef AGMM_TOOLS_BENCH_CELL_H
 #define AGMM_TOOLS_BENCH_CELL_H
@@ -14,30 +15,45 @@
 
 typedef struct bench_row_kind bench_row_kind;
 
+/* What a checked cell keeps until its row's timed turns are over (cell_keep, cell_release): its
+ * plan, its io, the device buffers it allocated (cell_alloc) and the graph of one run (--graph). */
+#define CELL_MAX_BUFS 8
+typedef struct {
+    agmm_plan *plan;
+    _Alignas(16) unsigned char io[128];  /* the operation's agmm_<op>_io, copied */
+    void *exec;                  /* --graph: the graph of one run, its replay checked; or NULL */
+    void *bufs[CELL_MAX_BUFS];   /* device buffers, freed by cell_release */
+    int nbufs;
+    int timed;                   /* correct on every rank, to be timed: the same on every rank */
+    int replays;                 /* and its graph's replays too: the same on every rank */
+} cell_held;
+
 typedef struct {
     agmm_ctx *ctx;
     bench_results *res;
     bench_dev *dev;
     const bench_row_kind *kind;  /* the rows' operation */
     int rank, nranks, row, bi;
+    cell_held *held;             /* where cell row, bi keeps what it holds */
 } cell_job;
 
 /* An operation's rows. A new operation's rows are a file defining one of these and a line in
  * bench_run.c's table. */
 struct bench_row_kind {
     agmm_op op;
-    /* One cell, row j->row with backend j->bi: plan, fill fresh inputs, poison the outputs, run
-     * once, check against the reference, time (cell_time_plan, cell_time_graph). Collective: a
-     * rank whose plan or buffers failed still walks the whole cell, so every rank meets the same
-     * barriers in the same order. */
+    /* One cell, row j->row with backend j->bi: plan, allocate its device buffers (cell_alloc),
+     * fill fresh inputs, poison the outputs, run once, check against the reference, and keep the
+     * plan and its io for the row's timed turns (cell_keep). Collective: a rank whose plan or
+     * buffers failed still walks the whole cell, so every rank meets the same barriers in the
+     * same order. */
     void (*run)(cell_job *j);
     /* One enqueue of the plan on `stream` with its io (the operation's agmm_<op>_io). */
     agmm_status (*launch)(agmm_plan *plan, const void *io, void *stream);
-    /* What one rank of row `row` allocates at most, in bytes: host buffers (inputs, downloads,
-     * the reference's scratch) and device buffers (outputs, and the plan's symmetric input,
-     * which the library checks on its own too); with `plain_gemm`, rank 0's plain GEMM, which
-     * first allocates its own shape. */
-    void (*need)(const bench_results *r, int row, int plain_gemm, uint64_t *host, uint64_t *device);
+    /* What one rank's cell of row `row` allocates at most, in bytes: host buffers (inputs,
+     * downloads, the reference's scratch; freed when the cell is checked) and device buffers
+     * (outputs, and the plan's symmetric input, which the library checks on its own too; held
+     * until the row is timed). */
+    void (*need)(const bench_results *r, int row, uint64_t *host, uint64_t *device);
     /* The rows of the plain GEMM each rank's work holds (its N and K are the row's), timed beside
      * the backends for the overlap columns; NULL for an operation without a GEMM. */
     int64_t (*gemm_rows)(const bench_results *r, const bench_row *row);
@@ -86,12 +102,16 @@ void cell_note_auto(cell_job *j, const agmm_plan *plan);
 
 /* One run of the cell's plan (the kind's launch on the rank's stream). */
 agmm_status cell_run_once(cell_job *j, agmm_plan *plan, const void *io);
-/* Warm-up, agreement and timed runs of the plan: rank 0's times go into the cell. Collective;
- * `go` (the same on every rank) says whether to time at all. */
-void cell_time_plan(cell_job *j, agmm_plan *plan, const void *io, int go);
-/* --graph: capture one run of the plan into a CUDA graph on every rank, check that a replay
- * reproduces the eager run's `outs`, then (unless --check) time replays as the graph figures.
- * Collective; `go` is the same on every rank. */
-void cell_time_graph(cell_job *j, agmm_plan *plan, const void *io, const cell_output *outs, int nouts, int go);
+/* A device buffer of the cell, freed by cell_release; NULL with j->dev->err set on failure. */
+void *cell_alloc(cell_job *j, size_t bytes);
+/* The end of a row kind's run: keeps the plan (NULL if planning failed) and a copy of its io
+ * (io_bytes <= sizeof held->io) for the row's turns. With --graph it captures one run into a CUDA
+ * graph on every rank and checks that a replay reproduces the eager run's `outs` (the host copies
+ * may be freed once it returns). Collective; marks the cell timed where every rank checked it
+ * correct and --check is off. */
+void cell_keep(cell_job *j, agmm_plan *plan, const void *io, size_t io_bytes, const cell_output *outs, int nouts);
+/* Frees what cell j->bi of the row holds: its graph, its device buffers, its plan. Every rank
+ * releases a row's cells in the same order. */
+void cell_release(cell_job *j);
 
 #endif

@@ -1,9 +1,10 @@
-/* The plain GEMM on the gathered shape, timed for the overlap-efficiency column: the world's
+/* The plain GEMM on the gathered shape, held for the overlap-efficiency column: the world's
  * reference library (cuBLASLt on GPUs, the CPU world's GEMM on the CPU) and agmm's GEMM engine
  * beside it on GPUs, through the library's extras (src/api/agmm_ext.h): the GEMM alone is a
- * yardstick of the benchmark, not an operation of the library. */
+ * yardstick of the benchmark, not an operation of the library. bench_turns.c times them. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "bench_mem.h"
 
@@ -13,63 +14,47 @@ static void fill_random_bf16(uint16_t *x, size_t count, uint64_t seed)
         x[i] = agmm_f32_to_bf16(agmm_rng_uniform(&seed));
 }
 
-/* Times `iters` runs of g after `warmup`, the L2 flushed before each; median us, < 0 on failure. */
-static double time_gemm(bench_dev *dev, agmm_ext_gemm *g, int warmup, int iters)
+static agmm_ext_gemm *make(bench_dev *dev, agmm_ctx *ctx, agmm_ext_gemm_kind kind, const bench_gemm *g, int64_t rows,
+                           int64_t n, int64_t k, agmm_layout layout)
 {
-    for (int i = 0; i < warmup; i++)
-        if (agmm_ext_gemm_run(g, dev->stream) != AGMM_SUCCESS)
-            return -1;
-    for (int i = 0; i < iters; i++)
-        if (bench_flush(dev) || bench_timer_start(dev, i) || agmm_ext_gemm_run(g, dev->stream) != AGMM_SUCCESS ||
-            bench_timer_stop(dev, i))
-            return -1;
-    double *us = malloc((size_t)iters * sizeof *us);
-    if (us == NULL || bench_timer_collect(dev, iters, us) != 0) {
-        free(us);
-        return -1;
-    }
-    agmm_stats s;
-    agmm_stats_compute(us, iters, &s);
-    free(us);
-    return s.median;
-}
-
-static double time_kind(bench_dev *dev, agmm_ctx *ctx, agmm_ext_gemm_kind kind, int64_t rows, int64_t n, int64_t k,
-                        agmm_layout layout, const void *a, const void *b, void *c, int warmup, int iters)
-{
-    agmm_ext_gemm *g = NULL;
+    agmm_ext_gemm *e = NULL;
     char why[256] = "";
-    if (agmm_ext_gemm_create(&g, ctx, kind, rows, n, k, layout, a, b, c, why, sizeof why) != AGMM_SUCCESS) {
+    if (agmm_ext_gemm_create(&e, ctx, kind, rows, n, k, layout, g->a, g->b, g->c, why, sizeof why) != AGMM_SUCCESS) {
         if (kind == AGMM_EXT_GEMM_ENGINE && dev->gpu)
             fprintf(stderr, "agmm-bench: GEMM engine unavailable for %lld x %lld x %lld: %s\n", (long long)rows,
                     (long long)n, (long long)k, why);
-        return -1;
+        return NULL;
     }
-    double us = time_gemm(dev, g, warmup, iters);
-    agmm_ext_gemm_destroy(g);
-    return us;
+    return e;
 }
 
-void bench_time_plain_gemm(bench_dev *dev, agmm_ctx *ctx, int64_t rows, int64_t n, int64_t k, agmm_layout b_layout,
-                           int warmup, int iters, double *lib_us, double *engine_us)
+void bench_gemm_hold(bench_dev *dev, agmm_ctx *ctx, int64_t rows, int64_t n, int64_t k, agmm_layout b_layout,
+                     bench_gemm *g)
 {
-    *lib_us = *engine_us = -1;
+    memset(g, 0, sizeof *g);
     size_t a_bytes = (size_t)(rows * k) * 2, b_bytes = (size_t)(k * n) * 2;
     uint16_t *ha = malloc(a_bytes), *hb = malloc(b_bytes);
-    void *a = bench_alloc(dev, a_bytes), *b = bench_alloc(dev, b_bytes), *c = bench_alloc(dev, (size_t)(rows * n) * 2);
-    if (ha && hb && a && b && c) {
+    g->a = bench_alloc(dev, a_bytes), g->b = bench_alloc(dev, b_bytes), g->c = bench_alloc(dev, (size_t)(rows * n) * 2);
+    if (ha && hb && g->a && g->b && g->c) {
         /* Random operands: a GEMM on zeros runs ~13% faster and would flatter the ratio. */
         fill_random_bf16(ha, a_bytes / 2, 0x5eed0001u ^ (uint64_t)rows);
         fill_random_bf16(hb, b_bytes / 2, 0x5eed0002u ^ (uint64_t)n);
-        if (bench_upload(dev, a, ha, a_bytes) == 0 && bench_upload(dev, b, hb, b_bytes) == 0) {
-            *lib_us = time_kind(dev, ctx, AGMM_EXT_GEMM_LIBRARY, rows, n, k, b_layout, a, b, c, warmup, iters);
+        if (bench_upload(dev, g->a, ha, a_bytes) == 0 && bench_upload(dev, g->b, hb, b_bytes) == 0) {
+            g->lib = make(dev, ctx, AGMM_EXT_GEMM_LIBRARY, g, rows, n, k, b_layout);
             if (dev->gpu)
-                *engine_us = time_kind(dev, ctx, AGMM_EXT_GEMM_ENGINE, rows, n, k, b_layout, a, b, c, warmup, iters);
+                g->engine = make(dev, ctx, AGMM_EXT_GEMM_ENGINE, g, rows, n, k, b_layout);
         }
     }
-    bench_free(dev, a);
-    bench_free(dev, b);
-    bench_free(dev, c);
     free(ha);
     free(hb);
+}
+
+void bench_gemm_release(bench_dev *dev, bench_gemm *g)
+{
+    agmm_ext_gemm_destroy(g->lib);
+    agmm_ext_gemm_destroy(g->engine);
+    bench_free(dev, g->a);
+    bench_free(dev, g->b);
+    bench_free(dev, g->c);
+    memset(g, 0, sizeof *g);
 }

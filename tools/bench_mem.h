@@ -44,11 +44,16 @@ int bench_graph_begin(bench_dev *dev);
 int bench_graph_end(bench_dev *dev, int ok, void **exec);
 int bench_graph_launch(bench_dev *dev, void *exec);
 void bench_graph_free(void *exec);
-/* Plain GEMM on the gathered shape (tools/bench_gemm.c): *lib_us with the world's reference GEMM
- * (cuBLASLt on GPUs, the CPU GEMM on the CPU), *engine_us with agmm's GEMM engine (GPUs only):
- * median microseconds over `iters` calls after `warmup`, the L2 flushed before each; < 0 where
- * unavailable. */
-void bench_time_plain_gemm(bench_dev *dev, agmm_ctx *ctx, int64_t rows, int64_t n, int64_t k, agmm_layout b_layout,
-                           int warmup, int iters, double *lib_us, double *engine_us);
+/* The plain GEMM on the gathered shape (tools/bench_gemm.c), rank 0's yardstick: random operands
+ * and an output on the device, `lib` with the world's reference GEMM (cuBLASLt on GPUs, the CPU
+ * GEMM on the CPU) and `engine` with agmm's GEMM engine (GPUs only); NULL where unavailable.
+ * bench_turns.c times them beside the row's backends. */
+typedef struct {
+    agmm_ext_gemm *lib, *engine;
+    void *a, *b, *c;
+} bench_gemm;
+void bench_gemm_hold(bench_dev *dev, agmm_ctx *ctx, int64_t rows, int64_t n, int64_t k, agmm_layout b_layout,
+                     bench_gemm *g);
+void bench_gemm_release(bench_dev *dev, bench_gemm *g);
 
 #endif

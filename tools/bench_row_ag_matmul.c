@@ -1,7 +1,7 @@
 /* agmm-bench's ag_matmul rows: every rank's A shard and B fresh per cell, the gathered A and C
  * poisoned, one run checked (the gathered A bit for bit against every rank's shard, C against an
  * fp64 reference: every row of small shapes, sampled rows of each rank's block of larger ones),
- * then timed; rank 0 times the plain GEMM on the gathered shape beside it. */
+ * then kept for the row's turns; rank 0 times the plain GEMM on the gathered shape beside it. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,7 +69,7 @@ static void run_ag_matmul(cell_job *j)
                                 .backend = j->res->backends[j->bi]};
     agmm_plan *plan = NULL;
     uint16_t *ha = NULL, *hb = NULL, *hag = NULL, *hc = NULL;
-    void *db = NULL, *dag = NULL, *dc = NULL;
+    void *db = NULL, *dag = NULL, *dc = NULL; /* the cell's: cell_release frees them */
     bench_dev *dev = j->dev;
     /* A rank whose plan failed still walks the whole cell, so every rank meets the same barriers. */
     cell_phase(j, "planning");
@@ -84,9 +84,9 @@ static void run_ag_matmul(cell_job *j)
         hb = malloc((size_t)(k * n) * 2);
         hag = malloc((size_t)(rows * k) * 2);
         hc = malloc((size_t)(rows * n) * 2);
-        db = bench_alloc(dev, (size_t)(k * n) * 2);
-        dag = bench_alloc(dev, (size_t)(rows * k) * 2);
-        dc = bench_alloc(dev, (size_t)(rows * n) * 2);
+        db = cell_alloc(j, (size_t)(k * n) * 2);
+        dag = cell_alloc(j, (size_t)(rows * k) * 2);
+        dc = cell_alloc(j, (size_t)(rows * n) * 2);
         if (!ha || !hb || !hag || !hc || !db || !dag || !dc)
             ok = cell_fail(j, CELL_ERROR, dev->err[0] ? dev->err : "host allocation failed");
     }
@@ -132,33 +132,23 @@ static void run_ag_matmul(cell_job *j)
         }
     }
     cell_solo_end(j);
-    cell_time_plan(j, plan, &io, cell_agreed_ok(j) && !o->check_only);
     const cell_output outs[2] = {{dag, hag, (size_t)(rows * k), AGMM_DTYPE_BF16, 1},
                                  {dc, hc, (size_t)(rows * n), AGMM_DTYPE_BF16, 0}};
-    cell_time_graph(j, plan, &io, outs, 2, o->graph && cell_agreed_ok(j));
-    bench_free(dev, db);
-    bench_free(dev, dag);
-    bench_free(dev, dc);
+    cell_keep(j, plan, &io, sizeof io, outs, 2);
     free(ha);
     free(hb);
     free(hag);
     free(hc);
-    agmm_plan_destroy(plan);
 }
 
 static agmm_status launch(agmm_plan *plan, const void *io, void *stream) { return agmm_ag_matmul(plan, io, stream); }
 
-static void need(const bench_results *r, int row, int plain_gemm, uint64_t *host, uint64_t *device)
+static void need(const bench_results *r, int row, uint64_t *host, uint64_t *device)
 {
     const bench_row *w = &r->rows[row];
     const uint64_t nr = (uint64_t)r->nranks, m = (uint64_t)w->m, n = (uint64_t)w->n, k = (uint64_t)w->k;
     *host = (m * k + k * n + nr * m * k + nr * m * n) * 2 + n * sizeof(double);
     *device = (k * n + nr * m * k + nr * m * n + m * k) * 2;
-    if (plain_gemm) {
-        const uint64_t gemm_host = (nr * m * k + k * n) * 2, gemm_device = (nr * m * k + k * n + nr * m * n) * 2;
-        *host = *host > gemm_host ? *host : gemm_host;
-        *device = *device > gemm_device ? *device : gemm_device;
-    }
 }
 
 /* The gathered GEMM: every rank's M rows. */

@@ -1,6 +1,6 @@
 /* agmm-bench's all_reduce rows: every rank's vector fresh per cell (bf16 or fp32), the output
  * poisoned, one run checked against the fp32 sum in rank order (within a tolerance: NCCL may sum
- * in another order), then timed. */
+ * in another order), then kept for the row's turns. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -30,7 +30,7 @@ static void run_all_reduce(cell_job *j)
         hout = malloc((size_t)n * esz);
         acc = calloc((size_t)n, sizeof *acc);
         tmp = malloc((size_t)n * sizeof *tmp);
-        dout = bench_alloc(dev, (size_t)n * esz);
+        dout = cell_alloc(j, (size_t)n * esz);
         if (!hin || !hout || !acc || !tmp || !dout)
             ok = cell_fail(j, CELL_ERROR, dev->err[0] ? dev->err : "host allocation failed");
     }
@@ -87,20 +87,17 @@ static void run_all_reduce(cell_job *j)
         }
     }
     cell_solo_end(j);
-    cell_time_plan(j, plan, &io, cell_agreed_ok(j) && !o->check_only);
     const cell_output outs[1] = {{dout, hout, (size_t)n, o->dtype, 0}};
-    cell_time_graph(j, plan, &io, outs, 1, o->graph && cell_agreed_ok(j));
-    bench_free(dev, dout);
+    cell_keep(j, plan, &io, sizeof io, outs, 1);
     free(hin);
     free(hout);
     free(acc);
     free(tmp);
-    agmm_plan_destroy(plan);
 }
 
 static agmm_status launch(agmm_plan *plan, const void *io, void *stream) { return agmm_all_reduce(plan, io, stream); }
 
-static void need(const bench_results *r, int row, int plain_gemm, uint64_t *host, uint64_t *device)
+static void need(const bench_results *r, int row, uint64_t *host, uint64_t *device)
 {
     const uint64_t n = (uint64_t)r->rows[row].n, esz = r->opt.dtype == AGMM_DTYPE_F32 ? 4 : 2;
     *host = n * (2 * esz + 2 * sizeof(float));

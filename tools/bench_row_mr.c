@@ -28,8 +28,8 @@ static agmm_status mr_run(cell_job *j, agmm_plan *plan, const void *a, const voi
 /* matmul_reduce_scatter and matmul_all_reduce: fresh A_r and B_r per rank (every rank's from
  * seeds: bench_mr.h), the output poisoned, one run checked against the fp64 sum relative to the
  * scale of the partials (bench_mr_check) and, for matmul_all_reduce, every rank's S compared bit
- * for bit (its hash exchanged: exact_a then means "every rank the same S"), then timed like the
- * other operations. */
+ * for bit (its hash exchanged: exact_a then means "every rank the same S"), then kept for the
+ * row's turns like the other operations. */
 static void run_matmul_reduce(cell_job *j)
 {
     const bench_options *o = &j->res->opt;
@@ -65,7 +65,7 @@ static void run_matmul_reduce(cell_job *j)
     if (ok) {
         cell_note_auto(j, plan);
         ha = malloc(a_bytes), hb = malloc(b_bytes), hout = malloc(out_bytes + 2);
-        da = bench_alloc(dev, a_bytes), db = bench_alloc(dev, b_bytes), dout = bench_alloc(dev, out_bytes + 16);
+        da = cell_alloc(j, a_bytes), db = cell_alloc(j, b_bytes), dout = cell_alloc(j, out_bytes + 16);
         if (!ha || !hb || !hout || !da || !db || !dout)
             ok = cell_fail(j, CELL_ERROR, dev->err[0] ? dev->err : "host allocation failed");
     }
@@ -108,17 +108,14 @@ static void run_matmul_reduce(cell_job *j)
     cell_solo_end(j);
     agmm_matmul_reduce_scatter_io rio = {.a = da, .b = db, .out = out};
     agmm_matmul_all_reduce_io aio = {.a = da, .b = db, .c = out};
-    const void *io = o->op == AGMM_OP_MATMUL_ALL_REDUCE ? (const void *)&aio : (const void *)&rio;
-    cell_time_plan(j, plan, io, cell_agreed_ok(j) && !o->check_only);
     const cell_output outs[1] = {{dout, hout, (size_t)(rows * n), AGMM_DTYPE_BF16, 0}};
-    cell_time_graph(j, plan, io, outs, rows > 0 ? 1 : 0, o->graph && cell_agreed_ok(j));
-    bench_free(dev, da);
-    bench_free(dev, db);
-    bench_free(dev, dout);
+    if (o->op == AGMM_OP_MATMUL_ALL_REDUCE)
+        cell_keep(j, plan, &aio, sizeof aio, outs, rows > 0 ? 1 : 0);
+    else
+        cell_keep(j, plan, &rio, sizeof rio, outs, rows > 0 ? 1 : 0);
     free(ha);
     free(hb);
     free(hout);
-    agmm_plan_destroy(plan);
 }
 
 static agmm_status launch_rs(agmm_plan *plan, const void *io, void *stream)
@@ -131,17 +128,13 @@ static agmm_status launch_ar(agmm_plan *plan, const void *io, void *stream)
     return agmm_matmul_all_reduce(plan, io, stream);
 }
 
-static void need(const bench_results *r, int row, int plain_gemm, uint64_t *host, uint64_t *device)
+static void need(const bench_results *r, int row, uint64_t *host, uint64_t *device)
 {
     const bench_row *w = &r->rows[row];
     const uint64_t m = (uint64_t)w->m, n = (uint64_t)w->n, k = (uint64_t)w->k;
-    /* A_r, B_r and the output (all of S at most), host and device; the plain GEMM's operands. */
+    /* A_r, B_r and the output (all of S at most), host and device. */
     *host = (m * k + k * n + m * n) * 2;
     *device = (m * k + k * n + m * n) * 2;
-    if (plain_gemm) {
-        *host = *host > (m * k + k * n) * 2 ? *host : (m * k + k * n) * 2;
-        *device = *device > (m * k + k * n + m * n) * 2 ? *device : (m * k + k * n + m * n) * 2;
-    }
 }
 
 /* The local GEMM: this rank's M rows. */

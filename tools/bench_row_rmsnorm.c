@@ -1,6 +1,6 @@
 /* agmm-bench's all_reduce_rmsnorm rows: every rank's x and the shared residual, bias and gamma
  * fresh per cell (regenerated row by row for the check), y and r' poisoned, one run checked
- * against fp64, then timed. */
+ * against fp64, then kept for the row's turns. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,8 +86,8 @@ static void run_all_reduce_rmsnorm(cell_job *j)
         cell_note_auto(j, plan);
         hx = malloc(rows), hres = malloc(rows), hy = malloc(rows), hr = malloc(rows);
         hg = malloc(vec), hb = malloc(vec);
-        dy = bench_alloc(dev, rows), dr = bench_alloc(dev, rows), dres = bench_alloc(dev, rows);
-        dg = bench_alloc(dev, vec), db = bench_alloc(dev, vec);
+        dy = cell_alloc(j, rows), dr = cell_alloc(j, rows), dres = cell_alloc(j, rows);
+        dg = cell_alloc(j, vec), db = cell_alloc(j, vec);
         if (!hx || !hres || !hy || !hr || !hg || !hb || !dy || !dr || !dres || !dg || !db)
             ok = cell_fail(j, CELL_ERROR, dev->err[0] ? dev->err : "host allocation failed");
     }
@@ -129,15 +129,12 @@ static void run_all_reduce_rmsnorm(cell_job *j)
         }
     }
     cell_solo_end(j);
-    cell_time_plan(j, plan, &io, cell_agreed_ok(j) && !o->check_only);
     /* A replay of a fused backend repeats its run bit for bit; NCCL may sum in another order. */
     const int exact = plan && strcmp(agmm_plan_backend(plan), "nccl") != 0;
     const cell_output outs[2] = {{dy, hy, (size_t)(t_all * h), AGMM_DTYPE_BF16, exact},
                                  {dr, hr, (size_t)(t_all * h), AGMM_DTYPE_BF16, exact}};
-    cell_time_graph(j, plan, &io, outs, 2, o->graph && cell_agreed_ok(j));
-    bench_free(dev, dy), bench_free(dev, dr), bench_free(dev, dres), bench_free(dev, dg), bench_free(dev, db);
+    cell_keep(j, plan, &io, sizeof io, outs, 2);
     free(hx), free(hres), free(hy), free(hr), free(hg), free(hb);
-    agmm_plan_destroy(plan);
 }
 
 static agmm_status launch(agmm_plan *plan, const void *io, void *stream)
@@ -145,7 +142,7 @@ static agmm_status launch(agmm_plan *plan, const void *io, void *stream)
     return agmm_all_reduce_rmsnorm(plan, io, stream);
 }
 
-static void need(const bench_results *r, int row, int plain_gemm, uint64_t *host, uint64_t *device)
+static void need(const bench_results *r, int row, uint64_t *host, uint64_t *device)
 {
     const uint64_t m = (uint64_t)r->rows[row].m, n = (uint64_t)r->rows[row].n;
     /* x, residual and the downloads of y and r' on the host (and a row of the check); the

@@ -1,9 +1,10 @@
 /* The sweep one rank runs: for every row and backend, plan, fill fresh random inputs, poison
- * the outputs, run once and check, then warm up and time (docs/design.md, "Benchmark method").
- * Every rank runs the same sequence, so the collective calls line up. What a cell does is its
- * operation's row kind (bench_cell.h; one file per operation, bench_row_*.c, and a line in
- * row_kinds below); this file walks the rows, checks each fits in memory, and times the plain
- * GEMM beside the backends of an operation with one.
+ * the outputs, run once and check, keeping the plan; then the row's backends and its plain GEMM
+ * take turns at being timed (bench_turns.h; docs/design.md, "Benchmark method"). Every rank runs
+ * the same sequence, so the collective calls line up. What a cell does is its operation's row kind
+ * (bench_cell.h; one file per operation, bench_row_*.c, and a line in row_kinds below); this file
+ * walks the rows, checks each fits in memory, and decides whether its backends can be held all at
+ * once or must be held one at a time.
  *
  * Rank 0's plain GEMM is a busy spell (agmm_ctx_busy_begin): peers that reach the next meeting
  * first wait for it without the timeout, which bounds only a peer that stopped coming. */
@@ -12,6 +13,7 @@
 #include "bench_mem.h"
 #include "bench_progress.h"
 #include "bench_sync.h"
+#include "bench_turns.h"
 
 /* Every operation's rows: a new operation's are a file (bench_row_*.c) and a line here. */
 static const bench_row_kind *const row_kinds[] = {
@@ -30,19 +32,47 @@ static const bench_row_kind *row_kind_of(agmm_op op)
     return NULL;
 }
 
-/* Whether row j->row fits in memory, the same answer on every rank: a rank short of memory fails
- * every cell of the row before anything is allocated (an overcommitting kernel would grant the
- * allocation and kill the process on touching it). */
-static int row_fits(cell_job *j)
+/* A plan holds buffers of its own beside those a cell allocates (a gathered A, staging): a row is
+ * held whole only where its cells' buffers fit this many times over. */
+#define HOLD_MARGIN 2
+
+/* What row j->row needs on this rank, in bytes: held whole (every cell and the plain GEMM at once),
+ * or one at a time (the largest of them). Host buffers are a cell's until it is checked, and the
+ * GEMM's until it is uploaded, so only the device's add up. */
+static void row_need(cell_job *j, int whole, uint64_t *host, uint64_t *device)
+{
+    const bench_results *res = j->res;
+    const bench_row *row = &res->rows[j->row];
+    j->kind->need(res, j->row, host, device);
+    uint64_t gemm_host = 0, gemm_device = 0;
+    if (j->rank == 0 && j->kind->gemm_rows != NULL && !res->opt.check_only) {
+        const uint64_t rows = (uint64_t)j->kind->gemm_rows(res, row), n = (uint64_t)row->n, k = (uint64_t)row->k;
+        gemm_host = (rows * k + k * n) * 2;
+        gemm_device = (rows * k + k * n + rows * n) * 2;
+    }
+    *host = *host > gemm_host ? *host : gemm_host;
+    if (whole)
+        *device = HOLD_MARGIN * (uint64_t)res->nbackends * *device + gemm_device;
+    else
+        *device = *device > gemm_device ? *device : gemm_device;
+}
+
+/* Whether row j->row fits in memory, held whole or one at a time, the same answer on every rank.
+ * One at a time, a rank short of memory fails every cell of the row before anything is allocated
+ * (an overcommitting kernel would grant the allocation and kill the process on touching it). */
+static int row_fits(cell_job *j, int whole)
 {
     bench_results *res = j->res;
     bench_row *row = &res->rows[j->row];
     uint64_t host = 0, device = 0;
-    j->kind->need(res, j->row, j->rank == 0 && j->kind->gemm_rows != NULL && !res->opt.check_only, &host, &device);
+    row_need(j, whole, &host, &device);
     char why[AGMM_ERROR_LEN], what[AGMM_ERROR_LEN + 32];
+    const int fits = agmm_ext_check_memory(j->ctx, host, device, why, sizeof why) == AGMM_SUCCESS;
+    if (whole) /* every rank's answer; nothing is recorded */
+        return bench_sync_and(res, fits);
     const int bi = j->bi;
     j->bi = 0;
-    if (agmm_ext_check_memory(j->ctx, host, device, why, sizeof why) != AGMM_SUCCESS) {
+    if (!fits) {
         agmm_format(what, sizeof what, "not run: for this row's buffers agmm-bench %s", why);
         cell_fail(j, CELL_ERROR, what);
     }
@@ -57,6 +87,74 @@ static int row_fits(cell_job *j)
         bench_sync_unlock(res);
     }
     return ok;
+}
+
+/* Cell j->bi of the row: planned, checked and kept in held[j->bi]. Ranks leave a cell together, so
+ * one rank's failure cannot skew the next cell. */
+static void stage(cell_job *j, cell_held *held)
+{
+    j->dev->err[0] = '\0';
+    j->held = &held[j->bi];
+    j->kind->run(j);
+    bench_sync_barrier(j->res);
+}
+
+static void release(cell_job *j, cell_held *held)
+{
+    j->held = &held[j->bi];
+    cell_release(j);
+}
+
+/* Rank 0 holds the plain GEMM of the row's shape (a busy spell); every rank meets it after. */
+static void hold_gemm(cell_job *j, bench_gemm *gemm)
+{
+    bench_results *res = j->res;
+    const bench_row *row = &res->rows[j->row];
+    if (j->rank == 0) {
+        agmm_ctx_busy_begin(j->ctx, "setting up the plain GEMM");
+        bench_progress_phase(res, NULL, "setting up the plain GEMM");
+        bench_gemm_hold(j->dev, j->ctx, j->kind->gemm_rows(res, row), row->n, row->k, res->opt.b_layout, gemm);
+        agmm_ctx_busy_end(j->ctx);
+    }
+    bench_sync_barrier(res);
+}
+
+/* One row: held whole, its backends and plain GEMM take turns; else the GEMM alone, then each
+ * backend alone (with its graph's replays). */
+static void run_row(cell_job *j, int whole)
+{
+    bench_results *res = j->res;
+    cell_held held[BENCH_MAX_BACKENDS] = {{0}};
+    bench_gemm gemm = {0};
+    const int with_gemm = j->kind->gemm_rows != NULL && !res->opt.check_only;
+    int rounds = 0;
+    if (with_gemm) {
+        hold_gemm(j, &gemm);
+        if (!whole) {
+            rounds = bench_turns(j, held, 0, 0, &gemm);
+            bench_gemm_release(j->dev, &gemm);
+        }
+    }
+    for (j->bi = 0; j->bi < res->nbackends && !res->world_failed; j->bi++) {
+        stage(j, held);
+        if (!whole && !res->world_failed) {
+            int r = bench_turns(j, held, j->bi, 1, NULL);
+            rounds = r > rounds ? r : rounds;
+        }
+        if (!whole)
+            release(j, held);
+    }
+    if (whole && !res->world_failed)
+        rounds = bench_turns(j, held, 0, res->nbackends, with_gemm ? &gemm : NULL);
+    /* Every rank releases in the same order (a plan's release may meet its peers). */
+    for (j->bi = 0; whole && j->bi < res->nbackends; j->bi++)
+        release(j, held);
+    bench_gemm_release(j->dev, &gemm);
+    if (j->rank == 0) {
+        res->rows[j->row].turns = rounds;
+        res->rows[j->row].alone = !whole;
+    }
+    bench_sync_barrier(res);
 }
 
 /* Every cell the sweep never reached says why it was not run. */
@@ -89,40 +187,18 @@ agmm_status bench_rank_main(agmm_ctx *ctx, void *arg)
     if (!init_ok)
         fprintf(stderr, "agmm-bench: rank %d: %s\n", agmm_ctx_rank(ctx), dev.err);
     /* If any rank cannot run, none does: the others would wait for it at the first barrier. */
-    if (!bench_sync_all_ok(res, init_ok)) {
+    if (!bench_sync_and(res, init_ok)) {
         mark_not_run(res, "a rank could not set up its device (its message is on stderr)");
         bench_dev_fini(&dev);
         return init_ok ? AGMM_SUCCESS : AGMM_ERR_CUDA;
     }
-    cell_job j = {ctx, res, &dev, kind, agmm_ctx_rank(ctx), res->nranks, 0, 0};
+    cell_job j = {ctx, res, &dev, kind, agmm_ctx_rank(ctx), res->nranks, 0, 0, NULL};
     for (j.row = 0; j.row < res->nrows && !res->world_failed; j.row++) {
         if (j.rank == 0)
             bench_progress_row(res, j.row);
-        if (!row_fits(&j)) {
-            if (j.rank == 0)
-                bench_progress_done(res, j.row);
-            continue;
-        }
-        if (kind->gemm_rows != NULL && res->opt.check_only == 0) {
-            /* The GEMM each rank runs: the gathered one, or the local M x N x K of a row-parallel one. */
-            bench_row *row = &res->rows[j.row];
-            const int64_t rows = kind->gemm_rows(res, row);
-            if (j.rank == 0) {
-                /* Rank 0's alone: the others wait for it at the barrier below, without the bound. */
-                agmm_ctx_busy_begin(ctx, "timing the plain GEMM");
-                bench_progress_phase(res, NULL, "timing the plain GEMM");
-                bench_time_plain_gemm(&dev, ctx, rows, row->n, row->k, res->opt.b_layout, res->opt.warmup,
-                                      res->opt.iters, &row->gemm_us, &row->engine_us);
-                agmm_ctx_busy_end(ctx);
-            }
-            bench_sync_barrier(res);
-        }
-        for (j.bi = 0; j.bi < res->nbackends && !res->world_failed; j.bi++) {
-            dev.err[0] = '\0';
-            kind->run(&j);
-            /* Ranks leave a cell together, so one rank's failure cannot skew the next cell. */
-            bench_sync_barrier(res);
-        }
+        const int whole = !res->opt.alone && row_fits(&j, 1);
+        if (whole || row_fits(&j, 0))
+            run_row(&j, whole);
         if (j.rank == 0)
             bench_progress_done(res, j.row);
     }

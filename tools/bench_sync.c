@@ -104,25 +104,34 @@ int bench_sync_cell(bench_results *r, int row, int b)
     return ok;
 }
 
-int bench_sync_all_ok(bench_results *r, int ok)
+int bench_sync_and(bench_results *r, int ok)
 {
     if (r->proc_ctx) {
         int32_t mine = ok, all[AGMM_MAX_RANKS];
         if (agmm_ext_exchange(r->proc_ctx, &mine, sizeof mine, all) != AGMM_SUCCESS) {
-            fprintf(stderr, "agmm-bench: rank %d: %s\n", agmm_ctx_rank(r->proc_ctx), agmm_last_error(r->proc_ctx));
+            world_fails(r);
             return 0;
         }
         for (int p = 0; p < r->nranks; p++)
             ok &= all[p] != 0;
         return ok;
     }
+    /* Threads: each adds its answer between the first two barriers and reads the verdict before
+     * the third; one thread clears it after the third, before any of them can reach the first
+     * barrier of the next call. */
+    pthread_barrier_wait(&r->barrier);
     bench_sync_lock(r);
-    r->init_failed |= !ok;
+    r->and_failed |= !ok;
     bench_sync_unlock(r);
     pthread_barrier_wait(&r->barrier);
     bench_sync_lock(r);
-    ok = !r->init_failed;
+    ok = !r->and_failed;
     bench_sync_unlock(r);
+    if (pthread_barrier_wait(&r->barrier) == PTHREAD_BARRIER_SERIAL_THREAD) {
+        bench_sync_lock(r);
+        r->and_failed = 0;
+        bench_sync_unlock(r);
+    }
     return ok;
 }
 

@@ -25,7 +25,7 @@ int bench_sync_cell(bench_results *r, int row, int b);
  * rank, each having printed the first difference: a rank given other options would make the sweep
  * fall out of step ("exchange #N") instead. Collective. */
 int bench_sync_args(bench_results *r, int argc, char **argv);
-/* 1 if `ok` on every rank. Collective; once per run (it is the sweep's opening agreement). */
-int bench_sync_all_ok(bench_results *r, int ok);
+/* 1 if `ok` on every rank, the same answer on every rank. Collective. */
+int bench_sync_and(bench_results *r, int ok);
 
 #endif

@@ -132,6 +132,10 @@ void report_print(const bench_results *r, FILE *f)
         fprintf(f, "# time: mean us of %d calls after %d warm-up calls, %s%s\n", r->opt.iters, r->opt.warmup,
                 r->gpu ? "rank 0's CUDA events" : "rank 0's wall clock",
                 !r->opt.flush ? ", no cache flush" : r->gpu ? ", L2 flushed before each call" : ", 64 MB written before each call");
+    if (!r->opt.check_only)
+        fprintf(f, "# a row's backends and plain GEMMs take turns: %d rounds of %s%d calls each, the first rotating%s\n",
+                r->opt.turns, r->opt.iters % r->opt.turns ? "about " : "", r->opt.iters / r->opt.turns,
+                r->opt.alone ? "; --alone: each backend held and timed by itself" : "");
     if (r->opt.op == AGMM_OP_ALL_REDUCE_RMSNORM)
         fprintf(f, "# every row with bias and residual, eps=%.9g; algbw = x's T*H*2 bytes / time; err = the larger "
                    "of r' and y's rel. error vs fp64\n", r->opt.eps);
@@ -158,7 +162,9 @@ void report_print(const bench_results *r, FILE *f)
             fprintf(f, " %*s", col_width(r, b), text);
         }
         int best = report_best(r, row);
-        fprintf(f, "  %s\n", best >= 0 ? r->backends[best] : "-");
+        fprintf(f, "  %s%s\n", best >= 0 ? r->backends[best] : "-",
+                row->alone && !r->opt.alone && row->turns ? "  (timed alone: too big to hold every backend at once)"
+                                                          : "");
     }
 
     fprintf(f, "\n%-22s %-10s %10s %10s", shape_head(r), "backend", "mean_us", "median_us");
@@ -232,7 +238,7 @@ int report_csv(const bench_results *r, const char *path)
         return -1;
     fprintf(f, "op,world,nranks,m,n,k,dtype,backend,state,mean_us,median_us,min_us,max_us,tflops,algbw_gbps,"
                "busbw_gbps,speedup_vs_nccl,overlap,gemm_us,engine_us,err,exact_a,best,graph_mean_us,graph_median_us,"
-               "note,chose,how,tune_ms\n");
+               "note,chose,how,tune_ms,turns,alone\n");
     for (int i = 0; i < r->nrows; i++) {
         const bench_row *row = &r->rows[i];
         int best = report_best(r, row);
@@ -264,7 +270,7 @@ int report_csv(const bench_results *r, const char *path)
                 fputc(*p == '"' ? '\'' : *p, f);
             fprintf(f, "\",%s,%s", c->chose ? c->chose : "", c->how ? c->how : "");
             csv_num(f, c->chose ? c->tune_ms : NAN);
-            fputc('\n', f);
+            fprintf(f, ",%d,%d\n", row->turns, row->alone);
         }
     }
     return fclose(f) == 0 ? 0 : -1;
@@ -299,8 +305,8 @@ int report_json(const bench_results *r, const char *path)
         return -1;
     fprintf(f, "{\"op\": \"%s\", \"dtype\": \"%s\", \"nranks\": %d, \"world\": ", op_name(r), dtype_name(r), r->nranks);
     json_str(f, r->world_desc);
-    fprintf(f, ", \"warmup\": %d, \"iters\": %d, \"flush\": %s, \"rows\": [", r->opt.warmup, r->opt.iters,
-            r->opt.flush ? "true" : "false");
+    fprintf(f, ", \"warmup\": %d, \"iters\": %d, \"turns\": %d, \"flush\": %s, \"rows\": [", r->opt.warmup,
+            r->opt.iters, r->opt.turns, r->opt.flush ? "true" : "false");
     for (int i = 0; i < r->nrows; i++) {
         const bench_row *row = &r->rows[i];
         int best = report_best(r, row);
@@ -308,7 +314,7 @@ int report_json(const bench_results *r, const char *path)
                 (long long)row->n, (long long)row->k, best >= 0 ? r->backends[best] : "");
         json_num(f, "gemm_us", row->gemm_us > 0 ? row->gemm_us : NAN);
         json_num(f, "engine_us", row->engine_us > 0 ? row->engine_us : NAN);
-        fprintf(f, ", \"backends\": {");
+        fprintf(f, ", \"turns\": %d, \"alone\": %s, \"backends\": {", row->turns, row->alone ? "true" : "false");
         for (int b = 0; b < r->nbackends; b++) {
             const bench_cell *c = &row->cell[b];
             derived d = derive(r, row, b);
