@@ -206,6 +206,38 @@ read -r wrong nccl_first ce_first <<<"$order"
 [ $rc -eq 0 ] && [ "$wrong" -eq 0 ] && [ "$nccl_first" -ge 1 ] && [ "$ce_first" -ge 1 ]
 check "--turns 9: the told rounds rotate (rounds in the wrong order: $wrong; nccl first: $nccl_first, ce first: $ce_first; exit $rc)" $?
 
+# A row held whole whose plans or buffers then find no memory (agmm-bench's estimate leaves out what
+# plans hold of their own) is run again one backend at a time, not failed. Made real with a data
+# limit (prlimit --data: the rank threads' heaps, the CPU world's device buffers): the smallest
+# limit under which --alone runs (within 8 MB), then the first limit above it, in steps of 16 MB,
+# under which the row held whole runs: a whole row needs ~80 MB more than one cell here, so it
+# passes there only by its run one at a time (alone = 1 on every line).
+if command -v prlimit >/dev/null; then
+    under() { # under MB [args]: agmm-bench's row at a data limit of MB
+        local mb=$1; shift
+        prlimit --data=$((mb * 1048576)) "$bench" --world cpu --ranks 2 --shape 2048,64,1024 --warmup 0 --iters 1 \
+            --turns 1 --csv "$tmp/lim.csv" "$@" >"$tmp/out" 2>"$tmp/err"
+    }
+    lo=64 hi=4096
+    while [ $((hi - lo)) -gt 8 ]; do
+        mid=$(((lo + hi) / 2))
+        if under $mid --alone; then hi=$mid; else lo=$mid; fi
+    done
+    passed_at="" lines=""
+    for mb in $(seq $((hi + 16)) 16 $((hi + 256))); do
+        if under "$mb"; then
+            passed_at=$mb lines=$(awk -F, 'NR > 1 { printf "%s/%s ", $9, $NF }' "$tmp/lim.csv")
+            break
+        fi
+    done
+    awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } $c["state"] != "ok" || $c["alone"] != 1 { bad = 1 }
+             END { exit bad || NR != 5 }' "$tmp/lim.csv" && [ -n "$passed_at" ] &&
+        grep -q "timed alone: too big to hold every backend at once" "$tmp/out"
+    check "a row held whole that runs out of memory runs again one backend at a time (--alone runs under ${hi} MB, the row first under ${passed_at:-none}: state/alone $lines)" $?
+else
+    echo "SKIP cli: no prlimit here: a whole row short of memory is not tested"
+fi
+
 # The auto column shows the backend auto chose next to its time (the static rule in the CPU world:
 # ce), the CSV says which and how (columns 25, 26), and auto is never the Best Backend (column 23).
 "$bench" --world cpu --ranks 2 --shape 40,24,16 --backends ce,auto --warmup 0 --iters 1 \

@@ -45,6 +45,12 @@ int cell_fail(cell_job *j, cell_state state, const char *what)
     return 0;
 }
 
+void cell_fail_plan(cell_job *j, agmm_status st)
+{
+    j->short_of_memory |= st == AGMM_ERR_NO_MEMORY;
+    cell_fail(j, st == AGMM_ERR_UNSUPPORTED ? CELL_SKIPPED : CELL_ERROR, cell_why(j, agmm_status_str(st)));
+}
+
 /* No rank has failed this cell so far. Read after a barrier, every rank sees the same answer. */
 int cell_ok(cell_job *j)
 {
@@ -116,6 +122,7 @@ void *cell_alloc(cell_job *j, size_t bytes)
     void *p = bench_alloc(j->dev, bytes);
     if (p != NULL)
         h->bufs[h->nbufs++] = p;
+    j->short_of_memory |= p == NULL;
     return p;
 }
 

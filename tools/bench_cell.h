@@ -35,6 +35,7 @@ typedef struct {
     const bench_row_kind *kind;  /* the rows' operation */
     int rank, nranks, row, bi;
     cell_held *held;             /* where cell row, bi keeps what it holds */
+    int short_of_memory;         /* a plan or device buffer of this rank's in this row found no memory */
 } cell_job;
 
 /* An operation's rows. A new operation's rows are a file defining one of these and a line in
@@ -82,6 +83,9 @@ void cell_fill_f32(float *x, size_t count, uint64_t seed);
 
 /* Marks the cell failed (the first failure's note is kept); returns 0 for `ok = cell_fail(...)`. */
 int cell_fail(cell_job *j, cell_state state, const char *what);
+/* A failed plan creation: skipped where the backend cannot do it, else an error (noting a shortage
+ * of memory in j->short_of_memory). */
+void cell_fail_plan(cell_job *j, agmm_status st);
 /* No rank has failed this cell so far. Read after a barrier, every rank sees the same answer. */
 int cell_ok(cell_job *j);
 /* Every rank's verdict on the cell, the same on every rank (bench_sync_cell). Collective: deciding
@@ -102,7 +106,8 @@ void cell_note_auto(cell_job *j, const agmm_plan *plan);
 
 /* One run of the cell's plan (the kind's launch on the rank's stream). */
 agmm_status cell_run_once(cell_job *j, agmm_plan *plan, const void *io);
-/* A device buffer of the cell, freed by cell_release; NULL with j->dev->err set on failure. */
+/* A device buffer of the cell, freed by cell_release; NULL with j->dev->err set (and
+ * j->short_of_memory) on failure. */
 void *cell_alloc(cell_job *j, size_t bytes);
 /* The end of a row kind's run: keeps the plan (NULL if planning failed) and a copy of its io
  * (io_bytes <= sizeof held->io) for the row's turns. With --graph it captures one run into a CUDA

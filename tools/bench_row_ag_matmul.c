@@ -76,7 +76,7 @@ static void run_ag_matmul(cell_job *j)
     agmm_status st = agmm_plan_ag_matmul(&plan, j->ctx, &desc);
     int ok = st == AGMM_SUCCESS;
     if (!ok)
-        cell_fail(j, st == AGMM_ERR_UNSUPPORTED ? CELL_SKIPPED : CELL_ERROR, cell_why(j, agmm_status_str(st)));
+        cell_fail_plan(j, st);
     cell_solo_begin(j, "allocating and filling inputs");
     if (ok) {
         cell_note_auto(j, plan);

@@ -60,7 +60,7 @@ static void run_matmul_reduce(cell_job *j)
     /* A rank whose plan failed still walks the whole cell, so every rank meets the same barriers. */
     int ok = st == AGMM_SUCCESS;
     if (!ok)
-        cell_fail(j, st == AGMM_ERR_UNSUPPORTED ? CELL_SKIPPED : CELL_ERROR, cell_why(j, agmm_status_str(st)));
+        cell_fail_plan(j, st);
     cell_solo_begin(j, "allocating and filling inputs");
     if (ok) {
         cell_note_auto(j, plan);

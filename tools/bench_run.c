@@ -8,6 +8,8 @@
  *
  * Rank 0's plain GEMM is a busy spell (agmm_ctx_busy_begin): peers that reach the next meeting
  * first wait for it without the timeout, which bounds only a peer that stopped coming. */
+#include <string.h>
+
 #include "bench.h"
 #include "bench_cell.h"
 #include "bench_mem.h"
@@ -119,42 +121,77 @@ static void hold_gemm(cell_job *j, bench_gemm *gemm)
     bench_sync_barrier(res);
 }
 
-/* One row: held whole, its backends and plain GEMM take turns; else the GEMM alone, then each
- * backend alone (with its graph's replays). */
-static void run_row(cell_job *j, int whole)
+/* Every cell of the row as before it ran, on every rank's copy: what a row held whole found, before
+ * it is run again one backend at a time. */
+static void reset_row(cell_job *j)
+{
+    bench_results *res = j->res;
+    bench_sync_barrier(res);
+    bench_sync_lock(res);
+    if (res->proc_ctx != NULL || j->rank == 0)
+        memset(res->rows[j->row].cell, 0, sizeof res->rows[j->row].cell);
+    bench_sync_unlock(res);
+    bench_sync_barrier(res);
+}
+
+/* The row held whole: every backend staged beside the plain GEMM, then all take turns. 0 where a
+ * rank found no memory for a plan or buffer (the estimate missed what plans hold of their own):
+ * then nothing was timed and the row's cells are reset for a run one backend at a time. */
+static int run_whole(cell_job *j, int *rounds)
 {
     bench_results *res = j->res;
     cell_held held[BENCH_MAX_BACKENDS] = {{0}};
     bench_gemm gemm = {0};
     const int with_gemm = j->kind->gemm_rows != NULL && !res->opt.check_only;
-    int rounds = 0;
-    if (with_gemm) {
+    if (with_gemm)
         hold_gemm(j, &gemm);
-        if (!whole) {
-            rounds = bench_turns(j, held, 0, 0, &gemm);
-            bench_gemm_release(j->dev, &gemm);
-        }
+    for (j->bi = 0; j->bi < res->nbackends && !res->world_failed; j->bi++)
+        stage(j, held);
+    const int fits = !res->world_failed && bench_sync_and(res, !j->short_of_memory);
+    if (fits)
+        *rounds = bench_turns(j, held, 0, res->nbackends, with_gemm ? &gemm : NULL);
+    /* Every rank releases in the same order (a plan's release may meet its peers). */
+    for (j->bi = 0; j->bi < res->nbackends; j->bi++)
+        release(j, held);
+    bench_gemm_release(j->dev, &gemm);
+    if (!fits && !res->world_failed)
+        reset_row(j);
+    return fits || res->world_failed;
+}
+
+/* The row one backend at a time: the plain GEMMs alone, then each backend with its graph. */
+static void run_alone(cell_job *j, int *rounds)
+{
+    bench_results *res = j->res;
+    cell_held held[BENCH_MAX_BACKENDS] = {{0}};
+    if (j->kind->gemm_rows != NULL && !res->opt.check_only) {
+        bench_gemm gemm = {0};
+        hold_gemm(j, &gemm);
+        *rounds = bench_turns(j, held, 0, 0, &gemm);
+        bench_gemm_release(j->dev, &gemm);
     }
     for (j->bi = 0; j->bi < res->nbackends && !res->world_failed; j->bi++) {
         stage(j, held);
-        if (!whole && !res->world_failed) {
+        if (!res->world_failed) {
             int r = bench_turns(j, held, j->bi, 1, NULL);
-            rounds = r > rounds ? r : rounds;
+            *rounds = r > *rounds ? r : *rounds;
         }
-        if (!whole)
-            release(j, held);
-    }
-    if (whole && !res->world_failed)
-        rounds = bench_turns(j, held, 0, res->nbackends, with_gemm ? &gemm : NULL);
-    /* Every rank releases in the same order (a plan's release may meet its peers). */
-    for (j->bi = 0; whole && j->bi < res->nbackends; j->bi++)
         release(j, held);
-    bench_gemm_release(j->dev, &gemm);
-    if (j->rank == 0) {
-        res->rows[j->row].turns = rounds;
-        res->rows[j->row].alone = !whole;
     }
-    bench_sync_barrier(res);
+}
+
+static void run_row(cell_job *j, int whole)
+{
+    int rounds = 0;
+    j->short_of_memory = 0;
+    whole = whole && run_whole(j, &rounds);
+    if (!whole)
+        run_alone(j, &rounds);
+    if (j->rank == 0) {
+        j->res->rows[j->row].turns = rounds;
+        j->res->rows[j->row].alone = !whole;
+    }
+    bench_sync_barrier(j->res);
 }
 
 /* Every cell the sweep never reached says why it was not run. */
@@ -192,7 +229,7 @@ agmm_status bench_rank_main(agmm_ctx *ctx, void *arg)
         bench_dev_fini(&dev);
         return init_ok ? AGMM_SUCCESS : AGMM_ERR_CUDA;
     }
-    cell_job j = {ctx, res, &dev, kind, agmm_ctx_rank(ctx), res->nranks, 0, 0, NULL};
+    cell_job j = {.ctx = ctx, .res = res, .dev = &dev, .kind = kind, .rank = agmm_ctx_rank(ctx), .nranks = res->nranks};
     for (j.row = 0; j.row < res->nrows && !res->world_failed; j.row++) {
         if (j.rank == 0)
             bench_progress_row(res, j.row);
