@@ -216,8 +216,12 @@ int main(int argc, char **argv)
         agmm_world_destroy(world);
         return 2;
     }
-    if (st != AGMM_SUCCESS)
+    if (st != AGMM_SUCCESS) {
         fprintf(stderr, "%s: a rank failed: %s\n", bench_who, agmm_status_str(st));
+        char why[96];
+        agmm_format(why, sizeof why, "a rank failed (%s; its message is on stderr)", agmm_status_str(st));
+        bench_mark_not_run(&res, why);
+    }
     if (lead)
         report_print(&res, stdout);
     if (lead && res.opt.csv_path && report_csv(&res, res.opt.csv_path) != 0) {

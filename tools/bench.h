@@ -101,6 +101,8 @@ void bench_usage(FILE *f);
 
 /* Runs the sweep on one rank (the agmm_world_run callback); `arg` is the bench_results. */
 agmm_status bench_rank_main(agmm_ctx *ctx, void *arg);
+/* Every cell the sweep never reached says why it was not run (bench_run.c). */
+void bench_mark_not_run(bench_results *res, const char *why);
 
 /* Output: the seed's table and the extra columns to stdout; CSV and JSON files. */
 void report_print(const bench_results *r, FILE *f);

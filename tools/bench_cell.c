@@ -181,47 +181,67 @@ static int compare_replay(cell_job *j, const cell_output *outs, int nouts)
     return 1;
 }
 
-/* --graph: captures one run of the plan into a CUDA graph on every rank and checks that a replay
- * reproduces the eager run's outputs; the graph is kept for the row's turns where it does. */
-static void keep_graph(cell_job *j, agmm_plan *plan, const void *io, const cell_output *outs, int nouts)
+/* The host copies of the kept outputs, freed. */
+static void drop_outputs(cell_held *h)
 {
-    bench_dev *dev = j->dev;
-    void *exec = NULL;
-    cell_phase(j, "capturing a CUDA graph");
-    if (bench_graph_begin(dev) != 0) {
-        cell_fail(j, CELL_ERROR, dev->err);
-    } else {
-        int ran = cell_run_once(j, plan, io) == AGMM_SUCCESS;
-        if (!ran)
-            cell_fail(j, CELL_ERROR, cell_why(j, "graph capture: the run failed"));
-        if (bench_graph_end(dev, ran, &exec) != 0 && ran)
-            cell_fail(j, CELL_ERROR, dev->err);
-    }
-    /* Instantiation may synchronise the device: every rank has its graph before any replays. */
-    if (cell_agreed_ok(j))
-        replay_matches(j, exec, outs, nouts);
-    j->held->exec = exec;
+    for (int i = 0; i < h->nouts; i++)
+        free((void *)h->outs[i].host);
+    h->nouts = 0;
 }
 
 void cell_keep(cell_job *j, agmm_plan *plan, const void *io, size_t io_bytes, const cell_output *outs, int nouts)
 {
     cell_held *h = j->held;
     h->plan = plan;
-    if (io_bytes > sizeof h->io) /* the same on every rank: a row kind's io outgrew the slot */
-        cell_fail(j, CELL_ERROR, "agmm-bench: the operation's io is larger than cell_held's copy");
+    /* Both the same on every rank: a row kind's io or outputs outgrew cell_held's slots. */
+    if (io_bytes > sizeof h->io || nouts > CELL_MAX_OUTS)
+        cell_fail(j, CELL_ERROR, "agmm-bench: the operation's io or outputs outgrew cell_held's copies");
     else
         memcpy(h->io, io, io_bytes);
-    if (j->res->opt.graph && j->dev->gpu && cell_agreed_ok(j))
-        keep_graph(j, plan, h->io, outs, nouts);
+    for (int i = 0; j->res->opt.graph && j->dev->gpu && cell_ok(j) && i < nouts; i++) {
+        const size_t bytes = outs[i].count * agmm_dtype_bytes(outs[i].dtype);
+        void *copy = malloc(bytes ? bytes : 1);
+        if (copy == NULL) {
+            cell_fail(j, CELL_ERROR, "host allocation failed");
+            break;
+        }
+        memcpy(copy, outs[i].host, bytes);
+        h->outs[h->nouts] = outs[i];
+        h->outs[h->nouts++].host = copy;
+    }
+    h->ok = cell_agreed_ok(j);
+    h->timed = h->ok && !j->res->opt.check_only;
+}
+
+void cell_graph(cell_job *j)
+{
+    cell_held *h = j->held;
+    bench_dev *dev = j->dev;
+    if (!h->ok || !j->res->opt.graph || !dev->gpu)
+        return;
+    cell_phase(j, "capturing a CUDA graph");
+    if (bench_graph_begin(dev) != 0) {
+        cell_fail(j, CELL_ERROR, dev->err);
+    } else {
+        int ran = cell_run_once(j, h->plan, h->io) == AGMM_SUCCESS;
+        if (!ran)
+            cell_fail(j, CELL_ERROR, cell_why(j, "graph capture: the run failed"));
+        if (bench_graph_end(dev, ran, &h->exec) != 0 && ran)
+            cell_fail(j, CELL_ERROR, dev->err);
+    }
+    /* Instantiation may synchronise the device: every rank has its graph before any replays. */
+    if (cell_agreed_ok(j))
+        replay_matches(j, h->exec, h->outs, h->nouts);
+    drop_outputs(h);
     /* Every rank has its graph or none: a rank whose capture or replay failed failed the cell. */
-    h->timed = cell_agreed_ok(j) && !j->res->opt.check_only;
-    h->replays = h->timed && h->exec != NULL;
+    h->replays = cell_agreed_ok(j) && !j->res->opt.check_only;
 }
 
 void cell_release(cell_job *j)
 {
     cell_held *h = j->held;
     bench_graph_free(h->exec);
+    drop_outputs(h);
     for (int i = 0; i < h->nbufs; i++)
         bench_free(j->dev, h->bufs[i]);
     agmm_plan_destroy(h->plan);

@@ -15,17 +15,33 @@
 
 typedef struct bench_row_kind bench_row_kind;
 
+/* An output a graph replay must reproduce: its device buffer, and the eager run's result on the
+ * host (already checked against the reference). */
+typedef struct {
+    void *dev;
+    const void *host;
+    size_t count;      /* elements */
+    agmm_dtype dtype;
+    int exact;         /* 1: bit for bit (the gathered A); 0: within the cell's tolerance (a sum may
+                          be added in another order by NCCL inside a graph) */
+} cell_output;
+
 /* What a checked cell keeps until its row's timed turns are over (cell_keep, cell_release): its
- * plan, its io, the device buffers it allocated (cell_alloc) and the graph of one run (--graph). */
+ * plan, its io, the device buffers it allocated (cell_alloc) and, with --graph, its checked
+ * outputs until its graph is captured (cell_graph) and the graph. */
 #define CELL_MAX_BUFS 8
+#define CELL_MAX_OUTS 2
 typedef struct {
     agmm_plan *plan;
     _Alignas(16) unsigned char io[128];  /* the operation's agmm_<op>_io, copied */
-    void *exec;                  /* --graph: the graph of one run, its replay checked; or NULL */
     void *bufs[CELL_MAX_BUFS];   /* device buffers, freed by cell_release */
     int nbufs;
-    int timed;                   /* correct on every rank, to be timed: the same on every rank */
-    int replays;                 /* and its graph's replays too: the same on every rank */
+    cell_output outs[CELL_MAX_OUTS]; /* --graph: their host copies are the cell's until cell_graph */
+    int nouts;
+    void *exec;                  /* --graph: the graph of one run, its replay checked; or NULL */
+    int ok;                      /* checked correct on every rank: the same on every rank */
+    int timed;                   /* ok, and not --check */
+    int replays;                 /* timed, and its graph reproduced the run on every rank */
 } cell_held;
 
 typedef struct {
@@ -64,17 +80,6 @@ struct bench_row_kind {
 extern const bench_row_kind bench_row_ag_matmul, bench_row_all_reduce, bench_row_matmul_reduce_scatter,
     bench_row_matmul_all_reduce, bench_row_all_reduce_rmsnorm;
 
-/* An output a graph replay must reproduce: its device buffer, and the eager run's result on the
- * host (already checked against the reference). */
-typedef struct {
-    void *dev;
-    const void *host;
-    size_t count;      /* elements */
-    agmm_dtype dtype;
-    int exact;         /* 1: bit for bit (the gathered A); 0: within the cell's tolerance (a sum may
-                          be added in another order by NCCL inside a graph) */
-} cell_output;
-
 /* The seed of input `what` of rank `rank` in row `row`, backend `backend`: fresh per cell. */
 uint64_t cell_seed(int row, int backend, int rank, int what);
 /* count values uniform in [-1, 1) of the stream `seed`, as bf16 or fp32. */
@@ -110,11 +115,15 @@ agmm_status cell_run_once(cell_job *j, agmm_plan *plan, const void *io);
  * j->short_of_memory) on failure. */
 void *cell_alloc(cell_job *j, size_t bytes);
 /* The end of a row kind's run: keeps the plan (NULL if planning failed) and a copy of its io
- * (io_bytes <= sizeof held->io) for the row's turns. With --graph it captures one run into a CUDA
- * graph on every rank and checks that a replay reproduces the eager run's `outs` (the host copies
- * may be freed once it returns). Collective; marks the cell timed where every rank checked it
- * correct and --check is off. */
+ * (io_bytes <= sizeof held->io) for the row's turns and, with --graph on GPUs, a copy of the
+ * checked `outs` (nouts <= CELL_MAX_OUTS; the caller's host buffers may be freed once it returns)
+ * for cell_graph. Collective: marks the cell ok where every rank checked it correct. */
 void cell_keep(cell_job *j, agmm_plan *plan, const void *io, size_t io_bytes, const cell_output *outs, int nouts);
+/* --graph, once the cell's eager runs are timed: captures one run into a CUDA graph on every rank
+ * and checks that a replay reproduces the kept outputs; marks the cell's replays to be timed where
+ * it does. Collective. (Eager runs of a plan after its own graph's replays once timed out in an
+ * emulated world, docs/results thirty-third session: a plan's eager runs all come first.) */
+void cell_graph(cell_job *j);
 /* Frees what cell j->bi of the row holds: its graph, its device buffers, its plan. Every rank
  * releases a row's cells in the same order. */
 void cell_release(cell_job *j);

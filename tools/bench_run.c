@@ -39,8 +39,8 @@ static const bench_row_kind *row_kind_of(agmm_op op)
 #define HOLD_MARGIN 2
 
 /* What row j->row needs on this rank, in bytes: held whole (every cell and the plain GEMM at once),
- * or one at a time (the largest of them). Host buffers are a cell's until it is checked, and the
- * GEMM's until it is uploaded, so only the device's add up. */
+ * or one at a time (the largest of them). Host buffers are a cell's until it is checked (but for
+ * the outputs --graph keeps), and the GEMM's until it is uploaded. */
 static void row_need(cell_job *j, int whole, uint64_t *host, uint64_t *device)
 {
     const bench_results *res = j->res;
@@ -52,6 +52,9 @@ static void row_need(cell_job *j, int whole, uint64_t *host, uint64_t *device)
         gemm_host = (rows * k + k * n) * 2;
         gemm_device = (rows * k + k * n + rows * n) * 2;
     }
+    /* --graph keeps each held cell's checked outputs on the host until its graph is captured. */
+    if (whole && res->opt.graph && res->gpu)
+        *host *= (uint64_t)res->nbackends;
     *host = *host > gemm_host ? *host : gemm_host;
     if (whole)
         *device = HOLD_MARGIN * (uint64_t)res->nbackends * *device + gemm_device;
@@ -149,7 +152,13 @@ static int run_whole(cell_job *j, int *rounds)
         stage(j, held);
     const int fits = !res->world_failed && bench_sync_and(res, !j->short_of_memory);
     if (fits)
-        *rounds = bench_turns(j, held, 0, res->nbackends, with_gemm ? &gemm : NULL);
+        *rounds = bench_turns(j, held, 0, res->nbackends, with_gemm ? &gemm : NULL, 0);
+    /* --graph: each cell's graph once every eager run is done, its replays timed on their own. */
+    for (j->bi = 0; fits && j->bi < res->nbackends && !res->world_failed; j->bi++) {
+        j->held = &held[j->bi];
+        cell_graph(j);
+        bench_turns(j, held, j->bi, 1, NULL, 1);
+    }
     /* Every rank releases in the same order (a plan's release may meet its peers). */
     for (j->bi = 0; j->bi < res->nbackends; j->bi++)
         release(j, held);
@@ -167,14 +176,16 @@ static void run_alone(cell_job *j, int *rounds)
     if (j->kind->gemm_rows != NULL && !res->opt.check_only) {
         bench_gemm gemm = {0};
         hold_gemm(j, &gemm);
-        *rounds = bench_turns(j, held, 0, 0, &gemm);
+        *rounds = bench_turns(j, held, 0, 0, &gemm, 0);
         bench_gemm_release(j->dev, &gemm);
     }
     for (j->bi = 0; j->bi < res->nbackends && !res->world_failed; j->bi++) {
         stage(j, held);
         if (!res->world_failed) {
-            int r = bench_turns(j, held, j->bi, 1, NULL);
+            int r = bench_turns(j, held, j->bi, 1, NULL, 0);
             *rounds = r > *rounds ? r : *rounds;
+            cell_graph(j);
+            bench_turns(j, held, j->bi, 1, NULL, 1);
         }
         release(j, held);
     }
@@ -194,8 +205,7 @@ static void run_row(cell_job *j, int whole)
     bench_sync_barrier(j->res);
 }
 
-/* Every cell the sweep never reached says why it was not run. */
-static void mark_not_run(bench_results *res, const char *why)
+void bench_mark_not_run(bench_results *res, const char *why)
 {
     bench_sync_lock(res);
     for (int i = 0; i < res->nrows; i++)
@@ -213,7 +223,7 @@ agmm_status bench_rank_main(agmm_ctx *ctx, void *arg)
     const bench_row_kind *kind = row_kind_of(res->opt.op);
     if (kind == NULL) {
         /* Every rank alike, before any meeting: an operation bench_args.c accepts lacks its line. */
-        mark_not_run(res, "agmm-bench has no rows for this operation (row_kinds in tools/bench_run.c)");
+        bench_mark_not_run(res, "agmm-bench has no rows for this operation (row_kinds in tools/bench_run.c)");
         return AGMM_ERR_UNSUPPORTED;
     }
     bench_dev dev;
@@ -225,7 +235,7 @@ agmm_status bench_rank_main(agmm_ctx *ctx, void *arg)
         fprintf(stderr, "agmm-bench: rank %d: %s\n", agmm_ctx_rank(ctx), dev.err);
     /* If any rank cannot run, none does: the others would wait for it at the first barrier. */
     if (!bench_sync_and(res, init_ok)) {
-        mark_not_run(res, "a rank could not set up its device (its message is on stderr)");
+        bench_mark_not_run(res, "a rank could not set up its device (its message is on stderr)");
         bench_dev_fini(&dev);
         return init_ok ? AGMM_SUCCESS : AGMM_ERR_CUDA;
     }
@@ -242,7 +252,7 @@ agmm_status bench_rank_main(agmm_ctx *ctx, void *arg)
     if (res->world_failed) {
         char why[sizeof res->world_why + 64];
         agmm_format(why, sizeof why, "the sweep stopped when the world failed: %s", res->world_why);
-        mark_not_run(res, why);
+        bench_mark_not_run(res, why);
     }
     bench_dev_fini(&dev);
     return AGMM_SUCCESS;

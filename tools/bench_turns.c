@@ -108,7 +108,7 @@ static void record(cell_job *j, const figure *f)
     }
 }
 
-int bench_turns(cell_job *j, cell_held *held, int b0, int nb, const bench_gemm *gemm)
+int bench_turns(cell_job *j, cell_held *held, int b0, int nb, const bench_gemm *gemm, int replays)
 {
     const bench_options *o = &j->res->opt;
     figure fig[2 * BENCH_MAX_BACKENDS + 2];
@@ -120,12 +120,9 @@ int bench_turns(cell_job *j, cell_held *held, int b0, int nb, const bench_gemm *
         if (j->dev->gpu)
             fig[nf++] = (figure){FIG_ENGINE, -1, j->rank == 0 && gemm->engine != NULL, NULL, 0};
     }
-    for (int b = b0; b < b0 + nb; b++) {
-        if (held[b].timed)
-            fig[nf++] = (figure){FIG_RUN, b, 1, NULL, 0};
-        if (held[b].replays)
-            fig[nf++] = (figure){FIG_REPLAY, b, 1, NULL, 0};
-    }
+    for (int b = b0; b < b0 + nb; b++)
+        if (replays ? held[b].replays : held[b].timed)
+            fig[nf++] = (figure){replays ? FIG_REPLAY : FIG_RUN, b, 1, NULL, 0};
     for (int i = 0; i < nf; i++) {
         fig[i].us = malloc((size_t)o->iters * sizeof *fig[i].us);
         /* A cell's failure reaches every rank at its warm-up's verdict, where live changes alike;

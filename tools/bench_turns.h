@@ -6,14 +6,14 @@
 
 #include "bench_cell.h"
 
-/* Times what row j->row holds: the cells held[b0 .. b0 + nb) that are to be timed (their eager runs
- * and, with --graph, their graphs' replays) and, where `gemm` is given (on every rank alike; only
- * rank 0's holds GEMMs), the plain GEMMs. Every figure is warmed up (--warmup calls), then they
- * take turns in --turns rounds: in each, every figure in turn, the first rotating, gets its share
- * of the --iters calls, each after an L2 flush and between CUDA events (wall clocks on the CPU).
- * A figure's mean, median, min and max are over the calls of all its rounds; rank 0 records them.
- * A cell whose call fails on any rank stops being timed and keeps its error. Collective. Returns
- * the rounds, or 0 where nothing was timed. */
-int bench_turns(cell_job *j, cell_held *held, int b0, int nb, const bench_gemm *gemm);
+/* Times what row j->row holds: the eager runs of the cells held[b0 .. b0 + nb) that are to be
+ * timed and, where `gemm` is given (on every rank alike; only rank 0's holds GEMMs), the plain
+ * GEMMs; or, with `replays`, the replays of those cells' graphs (cell_graph). Every figure is warmed
+ * up (--warmup calls), then they take turns in --turns rounds: in each, every figure in turn, the
+ * first rotating, gets its share of the --iters calls, each after an L2 flush and between CUDA
+ * events (wall clocks on the CPU). A figure's mean, median, min and max are over the calls of all
+ * its rounds; rank 0 records them. A cell whose call fails on any rank stops being timed and keeps
+ * its error. Collective. Returns the rounds, or 0 where nothing was timed. */
+int bench_turns(cell_job *j, cell_held *held, int b0, int nb, const bench_gemm *gemm, int replays);
 
 #endif

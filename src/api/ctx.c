@@ -2,9 +2,11 @@
  * so neither needs to know the other. Also the thread-per-rank runner of one-process worlds. */
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "api.h"
 #include "tune.h"
+#include "../core/knobs.h"
 
 agmm_status agmm_api_fault_point(agmm_ctx *ctx, const agmm_fault *f, agmm_fault_at at, uint64_t occurrence)
 {
@@ -65,6 +67,7 @@ typedef struct {
     void *arg;
     run_gate *gate;
     agmm_status status;
+    int own;          /* status is this rank's own failure, not a peer's missing context */
 } rank_thread;
 
 /* Reports whether this rank has its context; returns 1 when every rank has one. */
@@ -86,8 +89,9 @@ static void *rank_main(void *p)
     rank_thread *t = p;
     agmm_ctx *ctx = NULL;
     t->status = agmm_ctx_create(&ctx, t->world, t->rank);
+    t->own = t->status != AGMM_SUCCESS;
     if (gate_pass(t->gate, t->status == AGMM_SUCCESS) && t->status == AGMM_SUCCESS)
-        t->status = t->fn(ctx, t->arg);
+        t->status = t->fn(ctx, t->arg), t->own = 1;
     else if (t->status == AGMM_SUCCESS)
         t->status = AGMM_ERR_INTERNAL; /* a peer has no context: fn would wait for it */
     agmm_ctx_destroy(ctx);
@@ -106,9 +110,14 @@ agmm_status agmm_world_run(agmm_world *w, agmm_rank_fn fn, void *arg)
     pthread_cond_init(&gate.cv, NULL);
     int started = 0;
     for (int i = 0; i < nlocal; i++) {
-        t[i] = (rank_thread){w, first + i, fn, arg, &gate, AGMM_SUCCESS};
-        if (pthread_create(&tid[i], NULL, rank_main, &t[i]) != 0)
+        t[i] = (rank_thread){w, first + i, fn, arg, &gate, AGMM_SUCCESS, 0};
+        int e = pthread_create(&tid[i], NULL, rank_main, &t[i]);
+        if (e != 0) {
+            /* No context holds a message yet: say it where the caller's user sees it. */
+            agmm_log(agmm_log_level_from_env(), AGMM_LOG_ERROR, first + i, "agmm_world_run: cannot start the rank's "
+                     "thread: %s", strerror(e));
             break;
+        }
         started++;
     }
     if (started < nlocal) {
@@ -121,11 +130,14 @@ agmm_status agmm_world_run(agmm_world *w, agmm_rank_fn fn, void *arg)
         pthread_mutex_unlock(&gate.mu);
     }
     agmm_status st = started == nlocal ? AGMM_SUCCESS : AGMM_ERR_INTERNAL;
-    for (int i = 0; i < started; i++) {
+    /* The first rank's own failure, before a peer's missing context (AGMM_ERR_INTERNAL), which
+     * only follows from it. */
+    for (int i = 0; i < started; i++)
         pthread_join(tid[i], NULL);
-        if (st == AGMM_SUCCESS && t[i].status != AGMM_SUCCESS)
-            st = t[i].status;
-    }
+    for (int pass = 0; pass < 2 && st == AGMM_SUCCESS; pass++)
+        for (int i = 0; i < started && st == AGMM_SUCCESS; i++)
+            if (t[i].status != AGMM_SUCCESS && (t[i].own || pass == 1))
+                st = t[i].status;
     pthread_cond_destroy(&gate.cv);
     pthread_mutex_destroy(&gate.mu);
     return st;
