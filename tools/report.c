@@ -133,8 +133,9 @@ void report_print(const bench_results *r, FILE *f)
                 r->gpu ? "rank 0's CUDA events" : "rank 0's wall clock",
                 !r->opt.flush ? ", no cache flush" : r->gpu ? ", L2 flushed before each call" : ", 64 MB written before each call");
     if (!r->opt.check_only)
-        fprintf(f, "# a row's backends and plain GEMMs take turns: %d rounds of %s%d calls each, the first rotating%s%s\n",
-                r->opt.turns, r->opt.iters % r->opt.turns ? "about " : "", r->opt.iters / r->opt.turns,
+        fprintf(f, "# a row's backends and plain GEMMs take turns: %d round%s of %s%d call%s each, the first rotating%s%s\n",
+                r->opt.turns, r->opt.turns > 1 ? "s" : "", r->opt.iters % r->opt.turns ? "about " : "",
+                r->opt.iters / r->opt.turns, r->opt.iters / r->opt.turns > 1 ? "s" : "",
                 r->opt.alone ? "; --alone: each backend held and timed by itself" : "",
                 r->opt.graph && r->gpu ? "; graph replays: each backend's after its runs, on their own" : "");
     if (r->opt.op == AGMM_OP_ALL_REDUCE_RMSNORM)
