@@ -98,14 +98,15 @@ static void record(cell_job *j, const figure *f)
     agmm_stats s;
     agmm_stats_compute(f->us, iters, &s);
     bench_row *row = &j->res->rows[j->row];
-    bench_cell *cell = &row->cell[f->bi];
-    if (f->kind == FIG_RUN) {
-        cell->mean_us = s.mean, cell->median_us = s.median, cell->min_us = s.min, cell->max_us = s.max;
-    } else if (f->kind == FIG_REPLAY) {
-        cell->graph_mean_us = s.mean, cell->graph_median_us = s.median;
-    } else {
+    if (f->kind == FIG_LIB || f->kind == FIG_ENGINE) {
         *(f->kind == FIG_LIB ? &row->gemm_us : &row->engine_us) = s.median;
+        return;
     }
+    bench_cell *cell = &row->cell[f->bi];
+    if (f->kind == FIG_RUN)
+        cell->mean_us = s.mean, cell->median_us = s.median, cell->min_us = s.min, cell->max_us = s.max;
+    else
+        cell->graph_mean_us = s.mean, cell->graph_median_us = s.median;
 }
 
 int bench_turns(cell_job *j, cell_held *held, int b0, int nb, const bench_gemm *gemm, int replays)
