@@ -59,3 +59,28 @@ def test_committed_h200_run():
     rows = table(RUN)
     assert rows["fused"] == (31, "1.024", "1.093", "1024x1024x1024", "0.879"), rows
     assert rows["nccl"][4] == "1.000", rows
+
+
+def timing_line(path):
+    out = subprocess.run([sys.executable, SCRIPT, path], capture_output=True, text=True, check=True).stdout
+    return [line for line in out.splitlines() if line.startswith(("Timed", "Timing"))]
+
+
+def test_timing_line(tmp_path):
+    """Each heading says how its rows were timed: in turns, partly alone, or not recorded (the committed
+    run predates the turns)."""
+    need_checkout()
+    fields = FIELDS + ["turns", "alone"]
+    for alone_512, want in (("0", "Timed in turns (5 rounds): every shape"),
+                            ("1", "Timed in turns (5 rounds), but 1 of 2 shapes held one backend at a time")):
+        path = tmp_path / f"turns_{alone_512}.csv"
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, fields, restval="bf16")
+            w.writeheader()
+            for m, alone in ((256, "0"), (512, alone_512)):
+                for backend in ("nccl", "fused"):
+                    w.writerow(dict(op="ag_matmul", world="gpu", nranks=1, m=m, n=m, k=m, backend=backend,
+                                    state="ok", median_us=10.0, engine_us=10.0, turns=5, alone=alone))
+        lines = timing_line(str(path))
+        assert len(lines) == 1 and lines[0].startswith(want), lines
+    assert timing_line(RUN)[0].startswith("Timing not recorded"), timing_line(RUN)
