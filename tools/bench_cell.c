@@ -210,7 +210,6 @@ void cell_keep(cell_job *j, agmm_plan *plan, const void *io, size_t io_bytes, co
         h->outs[h->nouts++].host = copy;
     }
     h->ok = cell_agreed_ok(j);
-    h->timed = h->ok && !j->res->opt.check_only;
 }
 
 void cell_graph(cell_job *j)

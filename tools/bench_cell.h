@@ -40,8 +40,7 @@ typedef struct {
     int nouts;
     void *exec;                  /* --graph: the graph of one run, its replay checked; or NULL */
     int ok;                      /* checked correct on every rank: the same on every rank */
-    int timed;                   /* ok, and not --check */
-    int replays;                 /* timed, and its graph reproduced the run on every rank */
+    int replays;                 /* ok, not --check, and its graph reproduced the run on every rank */
 } cell_held;
 
 typedef struct {

@@ -122,7 +122,7 @@ int bench_turns(cell_job *j, cell_held *held, int b0, int nb, const bench_gemm *
             fig[nf++] = (figure){FIG_ENGINE, -1, j->rank == 0 && gemm->engine != NULL, NULL, 0};
     }
     for (int b = b0; b < b0 + nb; b++)
-        if (replays ? held[b].replays : held[b].timed)
+        if (replays ? held[b].replays : held[b].ok && !o->check_only)
             fig[nf++] = (figure){replays ? FIG_REPLAY : FIG_RUN, b, 1, NULL, 0};
     for (int i = 0; i < nf; i++) {
         fig[i].us = malloc((size_t)o->iters * sizeof *fig[i].us);
