@@ -61,6 +61,7 @@ static const agmm_test_case cases[] = {
     {"graph_w1", test_graph_w1},
     {"graph_emulated", test_graph_emulated},
     {"graph_then_eager", test_graph_then_eager},
+    {"graph_replays_and_eager", test_graph_replays_and_eager},
     {"steps_back_to_back", test_steps_back_to_back},
     {"steps_two_streams", test_steps_two_streams},
     {"ag_matmul_perf_w1", test_ag_matmul_perf_w1},

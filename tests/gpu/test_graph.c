@@ -316,6 +316,74 @@ void test_graph_then_eager(void)
     agmm_world_destroy(w);
 }
 
+/* Replays and eager runs of one plan in turn, on one stream: "RRE ERE" (R a replay of the captured
+ * step, E an eager run of it), fresh inputs and a check after each. An eager run after replays
+ * must find the flags, epochs and pads the replays left as an eager run left them: a count the
+ * host keeps and a replay does not advance, or a flag a replay left raised, makes the eager run
+ * wait for a value that never comes (a timeout naming the chunk or the peer) or pass early (wrong
+ * rows). agmm-bench hit such a timeout once (fused, emulated W = 4, 1024^3, H100, 2026-12-07:
+ * eager runs after its warm-up replays). */
+static const char REPLAY_EAGER[] = "RREERE";
+
+static agmm_status replays_and_eager_rank(agmm_ctx *ctx, void *arg)
+{
+    graph_job *j = arg;
+    const int rank = agmm_ctx_rank(ctx);
+    j->res.ok[rank] = 1;
+    cudaStream_t s = gpu_rank_stream(rank, 0);
+    cudaGraphExec_t exec = NULL;
+    step_rank sr;
+    int ok = s != NULL;
+    if (!ok)
+        gpu_rank_fail(&j->res, rank, "no stream (gpu_rank_stream)");
+    ok = step_rank_init(&sr, ctx, j->sc, 1, STEP_STAGED, &j->res) && ok;
+    ok = ok && step_capture(&sr, 0, 1, s, &exec);
+    ok = step_agree(&sr, ok);
+    for (int i = 0; REPLAY_EAGER[i] != '\0' && ok; i++) {
+        const int replay = REPLAY_EAGER[i] == 'R';
+        ok = step_fill(&sr, j->seed + (uint64_t)i * 7919u, s);
+        if (ok && replay) {
+            const cudaError_t e = cudaGraphLaunch(exec, s);
+            if (e != cudaSuccess)
+                ok = gpu_rank_fail(&j->res, rank, "run %d (a replay): cudaGraphLaunch: %s", i, cudaGetErrorString(e));
+        } else if (ok && step_enqueue(&sr, 0, s) != AGMM_SUCCESS) {
+            ok = gpu_rank_fail(&j->res, rank, "run %d (eager): %s", i, agmm_last_error(ctx));
+        }
+        char what[64];
+        snprintf(what, sizeof what, "run %d (%s)", i, replay ? "a replay" : "eager");
+        ok = ok && step_download(&sr, s) && step_check(&sr, 0, what);
+    }
+    step_rank_end(&sr, s, &exec, 1, ok);
+    return AGMM_SUCCESS;
+}
+
+/* Every backend of a world of W ranks at the step shapes, and ag_matmul's fused at the shape
+ * agmm-bench timed out on (256 rows per rank, N = K = 1024). */
+static void replays_and_eager(int nranks)
+{
+    agmm_world *w = gpu_step_world(nranks);
+    if (w == NULL)
+        return;
+    step_case cases[65];
+    int ncases = gpu_step_cases(w, 0, cases, 64);
+    if (agmm_backend_available(w, AGMM_OP_AG_MATMUL, "fused", NULL, 0))
+        cases[ncases++] = (step_case){AGMM_OP_AG_MATMUL, "fused", 256, 1024, 1024, 1, 0, AGMM_DTYPE_BF16, 0};
+    for (int c = 0; c < ncases; c++) {
+        graph_job *j = calloc(1, sizeof *j);
+        char name[128], what[256];
+        snprintf(what, sizeof what, "graph %s W=%d: replays and eager runs in turn (%s), fresh inputs, all exact",
+                 step_case_name(&cases[c], name, sizeof name), nranks, REPLAY_EAGER);
+        if (j == NULL) {
+            agmm_check(0, "%s: out of host memory", what);
+            continue;
+        }
+        *j = (graph_job){.sc = &cases[c], .seed = 0x510e527full * (uint64_t)(c + 1) + (uint64_t)nranks};
+        gpu_report_job(agmm_world_run(w, replays_and_eager_rank, j), &j->res, nranks, what);
+        free(j);
+    }
+    agmm_world_destroy(w);
+}
+
 /* Many short jobs of the case that caught the graphs' marks in the chain (world_gpu.c, mark_replay):
  * ce, W = 4, 5 steps with staged inputs, each step's input copy ordered after the step before only
  * through the graph's edges. With the mark as that link, about 1 job in 12 read a shard a later step
@@ -372,4 +440,11 @@ void test_graph_emulated(void)
     graph_cases(2, 2, 0, 5, 100, 0);
     graph_cases(4, 4, 0, 5, 100, 0);
     graph_restage(4, 24);
+}
+
+void test_graph_replays_and_eager(void)
+{
+    replays_and_eager(1);
+    replays_and_eager(2);
+    replays_and_eager(4);
 }
