@@ -198,7 +198,7 @@ void gpu_report_job(agmm_status run, const gpu_rank_results *res, int nranks, co
 void test_graph_w1(void);
 /* A replay pending on one stream, then an eager run on another: ordered after it (W = 1). */
 void test_graph_then_eager(void);
-/* Replays of a captured run and eager runs of the same plan in turn, W = 1, 2 and 4. */
+/* Replays of captured runs and eager runs in turn, of one plan and of two, W = 1, 2 and 4. */
 void test_graph_replays_and_eager(void);
 void test_graph_emulated(void);
 /* test_steps.c: 200 steps back to back with fresh inputs and one rank slowed at random by a

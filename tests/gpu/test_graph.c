@@ -316,70 +316,107 @@ void test_graph_then_eager(void)
     agmm_world_destroy(w);
 }
 
-/* Replays and eager runs of one plan in turn, on one stream: "RRE ERE" (R a replay of the captured
- * step, E an eager run of it), fresh inputs and a check after each. An eager run after replays
- * must find the flags, epochs and pads the replays left as an eager run left them: a count the
- * host keeps and a replay does not advance, or a flag a replay left raised, makes the eager run
- * wait for a value that never comes (a timeout naming the chunk or the peer) or pass early (wrong
- * rows). agmm-bench hit such a timeout once (fused, emulated W = 4, 1024^3, H100, 2026-12-07:
- * eager runs after its warm-up replays). */
-static const char REPLAY_EAGER[] = "RREERE";
+/* Replays and eager runs in turn on one stream, fresh inputs and a check after each run. A pattern
+ * is a list of (plan, how): "aR" a replay of plan a's captured run, "aE" an eager run of it. With
+ * one plan, an eager run after replays must find the flags, epochs and pads the replays left as
+ * an eager run left them: a count the host keeps and a replay does not advance, or a flag a replay
+ * left raised, makes the eager run wait for a value that never comes (a timeout naming the chunk
+ * or the peer) or pass early (wrong rows). With two plans of one rank (another backend, same
+ * shape), each captured, the runs of one interleave with the other's, as an engine's decode
+ * graphs and eager prefill do. agmm-bench hit such a timeout once (fused, emulated W = 4, 1024^3,
+ * H100, 2026-12-07: eager runs after its warm-up replays, ce's graph replayed between them). */
+static const char *const ONE_PLAN = "aR aR aE aE aR aE";
+static const char *const TWO_PLANS = "aR bE bR aE aR bR bE aE";
+
+typedef struct {
+    const step_case *sc[2];  /* plan a's case, and plan b's or NULL */
+    uint64_t seed;
+    gpu_rank_results res;
+} turns_job;
 
 static agmm_status replays_and_eager_rank(agmm_ctx *ctx, void *arg)
 {
-    graph_job *j = arg;
+    turns_job *j = arg;
     const int rank = agmm_ctx_rank(ctx);
+    const int nplans = j->sc[1] ? 2 : 1;
+    const char *pattern = nplans == 2 ? TWO_PLANS : ONE_PLAN;
     j->res.ok[rank] = 1;
     cudaStream_t s = gpu_rank_stream(rank, 0);
-    cudaGraphExec_t exec = NULL;
-    step_rank sr;
+    cudaGraphExec_t exec[2] = {NULL, NULL};
+    step_rank sr[2];
     int ok = s != NULL;
     if (!ok)
         gpu_rank_fail(&j->res, rank, "no stream (gpu_rank_stream)");
-    ok = step_rank_init(&sr, ctx, j->sc, 1, STEP_STAGED, &j->res) && ok;
-    ok = ok && step_capture(&sr, 0, 1, s, &exec);
-    ok = step_agree(&sr, ok);
-    for (int i = 0; REPLAY_EAGER[i] != '\0' && ok; i++) {
-        const int replay = REPLAY_EAGER[i] == 'R';
-        ok = step_fill(&sr, j->seed + (uint64_t)i * 7919u, s);
+    /* Collective: every rank plans both, whatever failed before. */
+    for (int p = 0; p < nplans; p++)
+        ok = step_rank_init(&sr[p], ctx, j->sc[p], 1, STEP_STAGED, &j->res) && ok;
+    for (int p = 0; p < nplans; p++)
+        ok = ok && step_capture(&sr[p], 0, 1, s, &exec[p]);
+    ok = step_agree(&sr[0], ok);
+    for (int i = 0; pattern[i] != '\0' && ok; i += 3) {
+        const int p = pattern[i] - 'a', replay = pattern[i + 1] == 'R';
+        char what[96];
+        snprintf(what, sizeof what, "run %d (%s of plan %c)", i / 3, replay ? "a replay" : "eager", pattern[i]);
+        ok = step_fill(&sr[p], j->seed + (uint64_t)i * 7919u, s);
         if (ok && replay) {
-            const cudaError_t e = cudaGraphLaunch(exec, s);
+            const cudaError_t e = cudaGraphLaunch(exec[p], s);
             if (e != cudaSuccess)
-                ok = gpu_rank_fail(&j->res, rank, "run %d (a replay): cudaGraphLaunch: %s", i, cudaGetErrorString(e));
-        } else if (ok && step_enqueue(&sr, 0, s) != AGMM_SUCCESS) {
-            ok = gpu_rank_fail(&j->res, rank, "run %d (eager): %s", i, agmm_last_error(ctx));
+                ok = gpu_rank_fail(&j->res, rank, "%s: cudaGraphLaunch: %s", what, cudaGetErrorString(e));
+        } else if (ok && step_enqueue(&sr[p], 0, s) != AGMM_SUCCESS) {
+            ok = gpu_rank_fail(&j->res, rank, "%s: %s", what, agmm_last_error(ctx));
         }
-        char what[64];
-        snprintf(what, sizeof what, "run %d (%s)", i, replay ? "a replay" : "eager");
-        ok = ok && step_download(&sr, s) && step_check(&sr, 0, what);
+        ok = ok && step_download(&sr[p], s) && step_check(&sr[p], 0, what);
     }
-    step_rank_end(&sr, s, &exec, 1, ok);
+    for (int p = nplans - 1; p >= 0; p--)
+        step_rank_end(&sr[p], s, &exec[p], 1, ok);
     return AGMM_SUCCESS;
 }
 
-/* Every backend of a world of W ranks at the step shapes, and ag_matmul's fused at the shape
- * agmm-bench timed out on (256 rows per rank, N = K = 1024). */
+static int same_shape(const step_case *a, const step_case *b)
+{
+    return a->op == b->op && a->m == b->m && a->n == b->n && a->k == b->k && a->splits == b->splits &&
+           a->count == b->count && a->dtype == b->dtype && a->in_place == b->in_place;
+}
+
+static void run_turns_job(agmm_world *w, int nranks, const step_case *a, const step_case *b, uint64_t seed)
+{
+    turns_job *j = calloc(1, sizeof *j);
+    char name[128], what[400];
+    if (b)
+        snprintf(what, sizeof what, "graph %s and %s W=%d: two plans, replays and eager runs in turn (%s), fresh "
+                 "inputs, all exact", step_case_name(a, name, sizeof name), b->backend, nranks, TWO_PLANS);
+    else
+        snprintf(what, sizeof what, "graph %s W=%d: replays and eager runs in turn (%s), fresh inputs, all exact",
+                 step_case_name(a, name, sizeof name), nranks, ONE_PLAN);
+    if (j == NULL) {
+        agmm_check(0, "%s: out of host memory", what);
+        return;
+    }
+    *j = (turns_job){.sc = {a, b}, .seed = seed};
+    gpu_report_job(agmm_world_run(w, replays_and_eager_rank, j), &j->res, nranks, what);
+    free(j);
+}
+
+/* Every backend of a world of W ranks at the step shapes, alone and paired with the next backend
+ * of the same shape; and ag_matmul's fused at the shape agmm-bench timed out on (256 rows per
+ * rank, N = K = 1024), alone and after ce. */
 static void replays_and_eager(int nranks)
 {
     agmm_world *w = gpu_step_world(nranks);
     if (w == NULL)
         return;
-    step_case cases[65];
+    step_case cases[66];
     int ncases = gpu_step_cases(w, 0, cases, 64);
-    if (agmm_backend_available(w, AGMM_OP_AG_MATMUL, "fused", NULL, 0))
+    if (agmm_backend_available(w, AGMM_OP_AG_MATMUL, "fused", NULL, 0) &&
+        agmm_backend_available(w, AGMM_OP_AG_MATMUL, "ce", NULL, 0)) {
+        cases[ncases++] = (step_case){AGMM_OP_AG_MATMUL, "ce", 256, 1024, 1024, 1, 0, AGMM_DTYPE_BF16, 0};
         cases[ncases++] = (step_case){AGMM_OP_AG_MATMUL, "fused", 256, 1024, 1024, 1, 0, AGMM_DTYPE_BF16, 0};
+    }
     for (int c = 0; c < ncases; c++) {
-        graph_job *j = calloc(1, sizeof *j);
-        char name[128], what[256];
-        snprintf(what, sizeof what, "graph %s W=%d: replays and eager runs in turn (%s), fresh inputs, all exact",
-                 step_case_name(&cases[c], name, sizeof name), nranks, REPLAY_EAGER);
-        if (j == NULL) {
-            agmm_check(0, "%s: out of host memory", what);
-            continue;
-        }
-        *j = (graph_job){.sc = &cases[c], .seed = 0x510e527full * (uint64_t)(c + 1) + (uint64_t)nranks};
-        gpu_report_job(agmm_world_run(w, replays_and_eager_rank, j), &j->res, nranks, what);
-        free(j);
+        const uint64_t seed = 0x510e527full * (uint64_t)(c + 1) + (uint64_t)nranks;
+        run_turns_job(w, nranks, &cases[c], NULL, seed);
+        if (c + 1 < ncases && same_shape(&cases[c], &cases[c + 1]))
+            run_turns_job(w, nranks, &cases[c], &cases[c + 1], seed ^ 0x9b05688cull);
     }
     agmm_world_destroy(w);
 }
