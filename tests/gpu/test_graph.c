@@ -316,17 +316,20 @@ void test_graph_then_eager(void)
     agmm_world_destroy(w);
 }
 
-/* Replays and eager runs in turn on one stream, fresh inputs and a check after each run. A pattern
- * is a list of (plan, how): "aR" a replay of plan a's captured run, "aE" an eager run of it. With
- * one plan, an eager run after replays must find the flags, epochs and pads the replays left as
- * an eager run left them: a count the host keeps and a replay does not advance, or a flag a replay
- * left raised, makes the eager run wait for a value that never comes (a timeout naming the chunk
- * or the peer) or pass early (wrong rows). With two plans of one rank (another backend, same
- * shape), each captured, the runs of one interleave with the other's, as an engine's decode
- * graphs and eager prefill do. agmm-bench hit such a timeout once (fused, emulated W = 4, 1024^3,
- * H100, 2026-12-07: eager runs after its warm-up replays, ce's graph replayed between them). */
-static const char *const ONE_PLAN = "aR aR aE aE aR aE";
-static const char *const TWO_PLANS = "aR bE bR aE aR bR bE aE";
+/* Replays and eager runs in turn on one stream. A pattern is a list of (plan, how): "aE" an eager
+ * run of plan a, "aR" a replay of its captured run, both with fresh inputs and checked; "ae" and
+ * "ar" the same run enqueued again, back to back with the one before, unchecked (a later checked
+ * run shows they left the plan in step); "|" where each plan's run is captured. As users do, and
+ * agmm-bench: eager runs first, then the capture. With one plan, an eager run after replays must
+ * find the flags, epochs and pads the replays left as an eager run left them: a count the host
+ * keeps and a replay does not advance, or a flag a replay left raised, makes the eager run wait
+ * for a value that never comes (a timeout naming the chunk or the peer) or pass early (wrong
+ * rows). With two plans of one rank (another backend, same shape), each captured, the runs of one
+ * interleave with the other's, as an engine's decode graphs and eager prefill do. agmm-bench hit
+ * such a timeout once (fused, emulated W = 4, 1024^3, H100, 2026-12-07), in a build that ran each
+ * plan's check, its capture, then eager runs and replays back to back, ce's between fused's. */
+static const char *const ONE_PLAN = "aE | aR aR aE aE ae ae ar ar aR aE";
+static const char *const TWO_PLANS = "aE bE | aR bE bR aE ae ar be br aR bR bE aE";
 
 typedef struct {
     const step_case *sc[2];  /* plan a's case, and plan b's or NULL */
@@ -350,14 +353,24 @@ static agmm_status replays_and_eager_rank(agmm_ctx *ctx, void *arg)
     /* Collective: every rank plans both, whatever failed before. */
     for (int p = 0; p < nplans; p++)
         ok = step_rank_init(&sr[p], ctx, j->sc[p], 1, STEP_STAGED, &j->res) && ok;
-    for (int p = 0; p < nplans; p++)
-        ok = ok && step_capture(&sr[p], 0, 1, s, &exec[p]);
     ok = step_agree(&sr[0], ok);
-    for (int i = 0; pattern[i] != '\0' && ok; i += 3) {
-        const int p = pattern[i] - 'a', replay = pattern[i + 1] == 'R';
+    /* Tokens of 2 characters ("aE") or 1 ("|"), one space between. */
+    for (int i = 0, run = 0, len = 0; pattern[i] != '\0' && ok; i += len + (pattern[i + len] == ' ')) {
+        len = pattern[i] == '|' ? 1 : 2;
+        if (pattern[i] == '|') {
+            for (int p = 0; p < nplans; p++)
+                ok = ok && step_capture(&sr[p], 0, 1, s, &exec[p]);
+            /* Instantiation may synchronise the device: nobody runs before everyone has a graph. */
+            ok = step_agree(&sr[0], ok);
+            continue;
+        }
+        const int p = pattern[i] - 'a', replay = pattern[i + 1] == 'R' || pattern[i + 1] == 'r';
+        const int checked = pattern[i + 1] == 'R' || pattern[i + 1] == 'E';
         char what[96];
-        snprintf(what, sizeof what, "run %d (%s of plan %c)", i / 3, replay ? "a replay" : "eager", pattern[i]);
-        ok = step_fill(&sr[p], j->seed + (uint64_t)i * 7919u, s);
+        snprintf(what, sizeof what, "run %d (%s of plan %c%s)", run++, replay ? "a replay" : "eager", pattern[i],
+                 checked ? "" : ", unchecked");
+        if (checked)
+            ok = step_fill(&sr[p], j->seed + (uint64_t)i * 7919u, s);
         if (ok && replay) {
             const cudaError_t e = cudaGraphLaunch(exec[p], s);
             if (e != cudaSuccess)
@@ -365,8 +378,10 @@ static agmm_status replays_and_eager_rank(agmm_ctx *ctx, void *arg)
         } else if (ok && step_enqueue(&sr[p], 0, s) != AGMM_SUCCESS) {
             ok = gpu_rank_fail(&j->res, rank, "%s: %s", what, agmm_last_error(ctx));
         }
-        ok = ok && step_download(&sr[p], s) && step_check(&sr[p], 0, what);
+        if (checked)
+            ok = ok && step_download(&sr[p], s) && step_check(&sr[p], 0, what);
     }
+    /* The last runs were checked, so nothing is left queued; a failure may have left some. */
     for (int p = nplans - 1; p >= 0; p--)
         step_rank_end(&sr[p], s, &exec[p], 1, ok);
     return AGMM_SUCCESS;
