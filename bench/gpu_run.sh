@@ -77,6 +77,10 @@ if [ $RUN_BENCH = 1 ]; then
     step "bench ag_matmul emulated W=8" "$OUT/bench.log" $B --op ag_matmul --world emulated --ranks 8 \
         --shapes 256:2048:256 --backends ce,fused --warmup 10 --iters 30 --timeout 10 \
         --csv "$OUT/ag_matmul_emu8.csv" ${BENCH_ARGS:-}
+    # Graphs where ranks share a GPU: every backend's replays after its runs (a timeout here once,
+    # in a build that ran eager runs after a plan's replays: docs/results, 2026-12-07).
+    step "bench ag_matmul emulated W=4 graph" "$OUT/bench.log" $B --op ag_matmul --world emulated --ranks 4 \
+        --shapes 256:1024:384 --graph --warmup 2 --iters 10 --csv "$OUT/ag_matmul_emu4_graph.csv" ${BENCH_ARGS:-}
     step "bench all_reduce emulated W=8" "$OUT/bench.log" $B --op all_reduce --world emulated --ranks 8 \
         --sizes 4093,16387,2^16,2^20,2^24 --warmup 10 --iters 30 --timeout 10 \
         --csv "$OUT/all_reduce_emu8.csv" ${BENCH_ARGS:-}
