@@ -178,10 +178,16 @@ agmm_world *gpu_step_world(int nranks)
     return gpu_test_world(nranks == 1 ? AGMM_WORLD_GPU : AGMM_WORLD_EMULATED, nranks, 0);
 }
 
+/* The same operation and shape, whatever the backend. */
+static int same_shape(const step_case *a, const step_case *b)
+{
+    return a->op == b->op && a->m == b->m && a->n == b->n && a->k == b->k && a->splits == b->splits &&
+           a->count == b->count && a->dtype == b->dtype && a->in_place == b->in_place;
+}
+
 static int same_case(const step_case *a, const step_case *b)
 {
-    return a->op == b->op && strcmp(a->backend, b->backend) == 0 && a->m == b->m && a->n == b->n && a->k == b->k &&
-           a->splits == b->splits && a->count == b->count && a->dtype == b->dtype && a->in_place == b->in_place;
+    return same_shape(a, b) && strcmp(a->backend, b->backend) == 0;
 }
 
 int gpu_step_cases_of(const agmm_world *w, int cases_of, int only_new, int spread, step_case *out, int max)
@@ -385,12 +391,6 @@ static agmm_status replays_and_eager_rank(agmm_ctx *ctx, void *arg)
     for (int p = nplans - 1; p >= 0; p--)
         step_rank_end(&sr[p], s, &exec[p], 1, ok);
     return AGMM_SUCCESS;
-}
-
-static int same_shape(const step_case *a, const step_case *b)
-{
-    return a->op == b->op && a->m == b->m && a->n == b->n && a->k == b->k && a->splits == b->splits &&
-           a->count == b->count && a->dtype == b->dtype && a->in_place == b->in_place;
 }
 
 static void run_turns_job(agmm_world *w, int nranks, const step_case *a, const step_case *b, uint64_t seed)
