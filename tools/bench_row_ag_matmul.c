@@ -40,13 +40,16 @@ static double check_c(const uint16_t *a, const uint16_t *b, const uint16_t *c, i
         memset(acc, 0, (size_t)n * sizeof *acc);
         /* B's contiguous dimension innermost: a sampled row of a long product reads all of B, and
          * strided reads of a column-major B made that ~30 s a backend at 8192 x 28672 x 8192. */
-        for (int64_t nn = 0; layout == AGMM_LAYOUT_COL_MAJOR && nn < n; nn++)
-            for (int64_t kk = 0; kk < k; kk++)
-                acc[nn] += (double)agmm_bf16_to_f32(a[r * k + kk]) * agmm_bf16_to_f32(b[nn * k + kk]);
-        for (int64_t kk = 0; layout != AGMM_LAYOUT_COL_MAJOR && kk < k; kk++) {
-            double av = agmm_bf16_to_f32(a[r * k + kk]);
+        if (layout == AGMM_LAYOUT_COL_MAJOR) {
             for (int64_t nn = 0; nn < n; nn++)
-                acc[nn] += av * agmm_bf16_to_f32(b[kk * n + nn]);
+                for (int64_t kk = 0; kk < k; kk++)
+                    acc[nn] += (double)agmm_bf16_to_f32(a[r * k + kk]) * agmm_bf16_to_f32(b[nn * k + kk]);
+        } else {
+            for (int64_t kk = 0; kk < k; kk++) {
+                double av = agmm_bf16_to_f32(a[r * k + kk]);
+                for (int64_t nn = 0; nn < n; nn++)
+                    acc[nn] += av * agmm_bf16_to_f32(b[kk * n + nn]);
+            }
         }
         for (int64_t nn = 0; nn < n; nn++) {
             double got = agmm_bf16_to_f32(c[r * n + nn]);

@@ -104,6 +104,15 @@ static void stage(cell_job *j, cell_held *held)
     bench_sync_barrier(j->res);
 }
 
+/* --graph, once cell j->bi's eager runs are timed: its graph captured and checked, then its
+ * replays timed on their own (the plan's eager runs all come before its graph). */
+static void graph_turns(cell_job *j, cell_held *held)
+{
+    j->held = &held[j->bi];
+    cell_graph(j);
+    bench_turns(j, held, j->bi, 1, NULL, 1);
+}
+
 static void release(cell_job *j, cell_held *held)
 {
     j->held = &held[j->bi];
@@ -154,11 +163,8 @@ static int run_whole(cell_job *j, int *rounds)
     if (fits)
         *rounds = bench_turns(j, held, 0, res->nbackends, with_gemm ? &gemm : NULL, 0);
     /* --graph: each cell's graph once every eager run is done, its replays timed on their own. */
-    for (j->bi = 0; fits && j->bi < res->nbackends && !res->world_failed; j->bi++) {
-        j->held = &held[j->bi];
-        cell_graph(j);
-        bench_turns(j, held, j->bi, 1, NULL, 1);
-    }
+    for (j->bi = 0; fits && j->bi < res->nbackends && !res->world_failed; j->bi++)
+        graph_turns(j, held);
     /* Every rank releases in the same order (a plan's release may meet its peers). */
     for (j->bi = 0; j->bi < res->nbackends; j->bi++)
         release(j, held);
@@ -184,8 +190,7 @@ static void run_alone(cell_job *j, int *rounds)
         if (!res->world_failed) {
             int r = bench_turns(j, held, j->bi, 1, NULL, 0);
             *rounds = r > *rounds ? r : *rounds;
-            cell_graph(j);
-            bench_turns(j, held, j->bi, 1, NULL, 1);
+            graph_turns(j, held);
         }
         release(j, held);
     }
