@@ -8,7 +8,8 @@
 #
 # Environment: OUT (default ./out), GPUTEST_FILTER (a case-name filter for agmm-gputest),
 # AGMM_GPUTEST_PERF (default 1: the ce-vs-nccl timing case), SKIP_BENCH=1, BENCH_ARGS (extra
-# agmm-bench options for every sweep), STEP_TIMEOUT (seconds per step, default 240), SANITIZE=0
+# agmm-bench options for every sweep), STEP_TIMEOUT (seconds per step, default 240), GPUTEST_TIMEOUT
+# (seconds for every GPU test case together, default 480: they took 312 s on an H100), SANITIZE=0
 # (skip compute-sanitizer), SAN_TIMEOUT (seconds per sanitizer tool, default 180: the budget each
 # must finish in), SAN_TOOLS (default "memcheck racecheck synccheck initcheck").
 # The environment (no multicast, the wheel's NCCL 2.28.9 matching our headers): bench/gpu_env.sh.
@@ -55,7 +56,7 @@ if [ $RUN_BENCH = 1 ]; then
         --csv "$OUT/ag_matmul_w1.csv" ${BENCH_ARGS:-}
 fi
 if [ -x "$BUILD/agmm-gputest" ]; then
-    AGMM_GPUTEST_PERF=${AGMM_GPUTEST_PERF:-1} step gputest "$OUT/gputest.log" \
+    STEP_TIMEOUT=${GPUTEST_TIMEOUT:-480} AGMM_GPUTEST_PERF=${AGMM_GPUTEST_PERF:-1} step gputest "$OUT/gputest.log" \
         "$BUILD/agmm-gputest" ${GPUTEST_FILTER:-}
 fi
 # compute-sanitizer over small shapes of every kernel and backend (bench/sanitize.sh): any report
