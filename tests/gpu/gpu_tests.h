@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include "agmm.h"
+#include "../arn_check.h"
 
 /* test_world.c: worlds, the symmetric heap, the stream barrier and its bounded wait. */
 void test_world_nccl_one(void);
@@ -130,7 +131,7 @@ double gpu_test_timeout(void);
 typedef struct {
     agmm_op op;
     const char *backend;
-    int64_t m, n, k;        /* ag_matmul, B column-major */
+    int64_t m, n, k;        /* the matmuls, B column-major; all_reduce_rmsnorm: m = T, n = H */
     int splits;
     int64_t count;          /* all_reduce: elements per rank */
     agmm_dtype dtype;
@@ -154,6 +155,7 @@ typedef struct {
     char *d_stage, *d_b, *d_ag, *d_out;  /* per slot, 256-byte strides */
     char *h_in, *h_b, *h_ag, *h_out;     /* pinned mirrors */
     int8_t *ref;            /* every rank's inputs of one slot, regenerated for checks */
+    arn_data arn;           /* all_reduce_rmsnorm: every rank's inputs of one slot and what they give */
     uint64_t seed;          /* of the inputs in the buffers now */
 } step_rank;
 

@@ -5,7 +5,10 @@
  * Inputs are small integers (A and B in {-1, 0, 1}, all-reduce elements in -4..4), so every result
  * is exact in bf16 and fp32 and is compared bit for bit: C with the integer product, the gathered
  * A with every rank's shard, a sum with the integer sum, a row-parallel matmul's rows with the
- * integer sum of the ranks' products rounded once to bf16 (each partial, |.| <= K, is exact). The
+ * integer sum of the ranks' products rounded once to bf16 (each partial, |.| <= K, is exact).
+ * all_reduce_rmsnorm (with bias and residual) gets tests/arn_check.h's small-integer inputs and
+ * checks: r' and y bit for bit against the kernels' fp32 order, and y within one bf16 rounding of
+ * the fp64 reference. Its slot of B holds gamma, bias and residual, its output y then r'. The
  * row-parallel matmuls have no plan input: "staged" steps read A_r from their own device buffer,
  * "symmetric" ones from a slot of the symmetric buffer (any memory will do for io.a). Every rank derives every rank's inputs
  * from the same seed, so each checks its own outputs alone. Outputs are poisoned (0xff bytes: NaN
@@ -53,6 +56,14 @@ static int row_parallel(const step_case *sc)
     return sc->op == AGMM_OP_MATMUL_REDUCE_SCATTER || sc->op == AGMM_OP_MATMUL_ALL_REDUCE;
 }
 
+static int ar_norm(const step_case *sc) { return sc->op == AGMM_OP_ALL_REDUCE_RMSNORM; }
+
+/* The arn_check case of an all_reduce_rmsnorm step: bias, residual, small integers. */
+static arn_case arn_case_of(const step_case *sc)
+{
+    return (arn_case){.tokens = sc->m, .hidden = sc->n, .eps = 1e-5, .bias = 1, .residual = 1, .exact = 1};
+}
+
 /* The rows of S a rank's output holds: its block (reduce-scatter) or all (all-reduce). */
 static int64_t out_rows(const step_case *sc, int rank, int nranks, int64_t *row0)
 {
@@ -70,6 +81,9 @@ const char *step_case_name(const step_case *sc, char *buf, size_t len)
     else if (sc->op == AGMM_OP_AG_MATMUL)
         snprintf(buf, len, "ag_matmul/%s M=%lld N=%lld K=%lld splits=%d", sc->backend, (long long)sc->m,
                  (long long)sc->n, (long long)sc->k, sc->splits);
+    else if (ar_norm(sc))
+        snprintf(buf, len, "all_reduce_rmsnorm/%s T=%lld H=%lld bias residual", sc->backend, (long long)sc->m,
+                 (long long)sc->n);
     else
         snprintf(buf, len, "all_reduce/%s n=%lld %s %s", sc->backend, (long long)sc->count,
                  sc->dtype == AGMM_DTYPE_F32 ? "fp32" : "bf16", sc->in_place ? "in place" : "out of place");
@@ -108,6 +122,15 @@ int step_rank_init(step_rank *sr, agmm_ctx *ctx, const step_case *sc, int slots,
         sr->in_bytes = (size_t)(sc->m * sc->k) * 2;
         sr->b_bytes = (size_t)(sc->k * sc->n) * 2;
         sr->out_bytes = (size_t)(out_rows(sc, rank, W, &row0) * sc->n) * 2;
+    } else if (ar_norm(sc)) {
+        const arn_case c = arn_case_of(sc);
+        agmm_all_reduce_rmsnorm_desc d = {.tokens = c.tokens, .hidden = c.hidden, .eps = c.eps, .backend = sc->backend};
+        st = agmm_plan_all_reduce_rmsnorm(&sr->plan, ctx, &d);
+        if (arn_data_init(&sr->arn, &c, W, rank, arn_expect_for(sc->backend, 1, W)) != 0)
+            return gpu_rank_fail(res, rank, "all_reduce_rmsnorm check data: out of host memory");
+        sr->in_bytes = (size_t)(sc->m * sc->n) * 2;
+        sr->b_bytes = (size_t)(2 * sc->n + sc->m * sc->n) * 2; /* gamma, bias, residual */
+        sr->out_bytes = 2 * sr->in_bytes;                     /* y, r' */
     } else {
         agmm_all_reduce_desc d = {.n = sc->count, .dtype = sc->dtype, .backend = sc->backend};
         st = agmm_plan_all_reduce(&sr->plan, ctx, &d);
@@ -125,6 +148,7 @@ int step_rank_init(step_rank *sr, agmm_ctx *ctx, const step_case *sc, int slots,
     size_t n_ag = (size_t)slots * round_up(sr->ag_bytes), n_out = (size_t)slots * round_up(sr->out_bytes);
     size_t elems = sc->op == AGMM_OP_AG_MATMUL ? (size_t)(W * sc->m * sc->k) + (size_t)(sc->k * sc->n)
                    : row_parallel(sc)          ? (size_t)W * (size_t)(sc->m * sc->k + sc->k * sc->n)
+                   : ar_norm(sc)               ? 1 /* sr->arn holds its inputs */
                                                : (size_t)W * (size_t)sc->count;
     sr->ref = malloc(elems);
     if (sr->ref == NULL || cudaMalloc((void **)&sr->d_stage, n_in) != cudaSuccess ||
@@ -153,6 +177,7 @@ void step_rank_fini(step_rank *sr)
     cudaFreeHost(sr->h_ag);
     cudaFreeHost(sr->h_out);
     free(sr->ref);
+    arn_data_fini(&sr->arn);
     memset(sr, 0, sizeof *sr);
 }
 
@@ -196,6 +221,14 @@ int step_fill(step_rank *sr, uint64_t seed, cudaStream_t s)
             to_dtype(sr->ref, na, AGMM_DTYPE_BF16, sr->h_in + (size_t)j * sr->in_stride);
             gen_small(sr->ref, nb, input_state(seed, j, sr->rank, 'B'), 1);
             to_dtype(sr->ref, nb, AGMM_DTYPE_BF16, sr->h_b + (size_t)j * round_up(sr->b_bytes));
+        } else if (ar_norm(sc)) {
+            const size_t h = (size_t)sc->n * 2, rows = sr->in_bytes;
+            char *b = sr->h_b + (size_t)j * round_up(sr->b_bytes);
+            arn_data_fill(&sr->arn, input_state(seed, j, 0, 'N'));
+            memcpy(sr->h_in + (size_t)j * sr->in_stride, arn_data_mine(&sr->arn), rows);
+            memcpy(b, sr->arn.gamma, h);
+            memcpy(b + h, sr->arn.bias, h);
+            memcpy(b + 2 * h, sr->arn.residual, rows);
         } else {
             gen_small(sr->ref, (size_t)sc->count, input_state(seed, j, sr->rank, 'V'), 4);
             to_dtype(sr->ref, (size_t)sc->count, sc->dtype, sr->h_in + (size_t)j * sr->in_stride);
@@ -239,6 +272,15 @@ agmm_status step_enqueue(step_rank *sr, int slot, cudaStream_t s)
                                 .c = out,
                                 .input = io_input};
         st = agmm_ag_matmul(sr->plan, &io, s);
+    } else if (ar_norm(sc)) {
+        const size_t h = (size_t)sc->n * 2;
+        agmm_all_reduce_rmsnorm_io io = {.y = out,
+                                         .residual_out = out + sr->in_bytes,
+                                         .gamma = b,
+                                         .bias = (const char *)b + h,
+                                         .residual = (const char *)b + 2 * h,
+                                         .input = io_input};
+        st = agmm_all_reduce_rmsnorm(sr->plan, &io, s);
     } else {
         agmm_all_reduce_io io = {.out = sc->in_place ? in : out, .input = io_input};
         st = agmm_all_reduce(sr->plan, &io, s);
@@ -405,10 +447,27 @@ static int check_all_reduce(step_rank *sr, int slot, const char *what)
     return 1;
 }
 
+/* all_reduce_rmsnorm: y and r' by arn_check.h, against the inputs of this slot. */
+static int check_ar_norm(step_rank *sr, int slot, const char *what)
+{
+    const char *out = sr->h_out + (size_t)slot * round_up(sr->out_bytes);
+    arn_data_fill(&sr->arn, input_state(sr->seed, slot, 0, 'N'));
+    memcpy(sr->arn.y_got, out, sr->in_bytes);
+    memcpy(sr->arn.r_got, out + sr->in_bytes, sr->in_bytes);
+    double r_err, y_err;
+    char why[320];
+    const char *bad = arn_data_check(&sr->arn, &r_err, &y_err, why, sizeof why);
+    if (bad)
+        return gpu_rank_fail(sr->res, sr->rank, "%s: %s", what, bad);
+    return 1;
+}
+
 int step_check(step_rank *sr, int slot, const char *what)
 {
     if (row_parallel(sr->sc))
         return check_row_parallel(sr, slot, what);
+    if (ar_norm(sr->sc))
+        return check_ar_norm(sr, slot, what);
     return sr->sc->op == AGMM_OP_AG_MATMUL ? check_ag_matmul(sr, slot, what) : check_all_reduce(sr, slot, what);
 }
 
