@@ -10,9 +10,9 @@
  * checks: r' and y bit for bit against the kernels' fp32 order, and y within one bf16 rounding of
  * the fp64 reference. Its slot of B holds gamma, bias and residual, its output y then r'. The
  * row-parallel matmuls have no plan input: "staged" steps read A_r from their own device buffer,
- * "symmetric" ones from a slot of the symmetric buffer (any memory will do for io.a). Every rank derives every rank's inputs
- * from the same seed, so each checks its own outputs alone. Outputs are poisoned (0xff bytes: NaN
- * in bf16 and fp32) before every step's inputs are uploaded. */
+ * "symmetric" ones from a slot of the symmetric buffer (any memory will do for io.a). Every rank
+ * derives every rank's inputs from the same seed, so each checks its own outputs alone. Outputs are
+ * poisoned (0xff bytes: NaN in bf16 and fp32) before every step's inputs are uploaded. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
