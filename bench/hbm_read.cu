@@ -1,8 +1,10 @@
 /* How fast can this GPU read the weights of a decode GEMM? Decode's GEMMs (M = 1-128 rows) stream
- * B once and do little else: at 1 x 8192 x 3584, B is 58.7 MB, and cuBLAS and the engine both take
- * ~24.5 us on an H200 (2.4 TB/s of its 4.8) and ~23.5 on an H100 (2.5 of 3.35): the same time on
- * both cards, which a pure HBM bound would not give (docs/results, thirty-first and thirty-fifth
- * sessions). This program reads buffers of decode's sizes with no GEMM at all, two ways:
+ * B once and do little else: at 1 x 8192 x 3584, B is 58.7 MB. On an H100 under ncu with a clean
+ * L2, cuBLASLt's kernel reads it at 2.50 TB/s (23.5 us), and the fastest read measured on that
+ * card was the engine's 2.91 TB/s over 470 MB (docs/gemm_engine.md, "Decode"). On an H200,
+ * torch_bench's decode rows take 24.5-25.8 us a call, GEMM and a one-rank all-reduce together:
+ * ~2.4 TB/s of the card's 4.8 (docs/results, thirty-fifth session). Neither says what a read of
+ * 58.7 MB can reach on its own. This program reads buffers of decode's sizes with no GEMM, two ways:
  *   ldg xU    every thread of 4 CTAs per SM keeps U 16-byte loads in flight (ld.global.nc.v4),
  *             grid-stride: the plain streaming kernel;
  *   bulk SxC  one CTA per SM (or per the first `ctas` SMs) reads its contiguous share through an
@@ -11,8 +13,9 @@
  *             its consumers. 64 CTAs is the engine's grid at 64 x 128 tiles on N = 8192.
  * Timed as gemm-lab times a GEMM: a 256 MB memset flushes L2 before each call (--no-flush: not),
  * then the call alone between events; the median of --reps rounds, each round every variant once
- * in a fixed order. If the best variant reads 58.7 MB well under 24.5 us, decode's GEMMs are not
- * at the HBM's pace and a kernel built like the best variant can beat them; if not, they are.
+ * in a fixed order. If the best variant reads 58.7 MB much faster than cuBLASLt's decode kernel
+ * does on the same card, decode's GEMMs are not at the HBM's pace and a kernel built like that
+ * variant can beat them; if not, they are.
  *
  *   make hbm-read && build/hbm-read [--reps 20] [--no-flush]
  *
