@@ -60,18 +60,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lab_check.h"
 #include "lab_cublas.h"
 #include "core/numeric.h"
 #include "kernels/gemm/gemm_engine.h"
 
-#define CHECK_CUDA(x)                                                                             \
-    do {                                                                                          \
-        cudaError_t e_ = (x);                                                                     \
-        if (e_ != cudaSuccess) {                                                                  \
-            fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(1);                                                                              \
-        }                                                                                         \
-    } while (0)
 /* sums[0] += (x-y)^2, sums[1] += y^2, sums[2] += NaNs in x. */
 __global__ void compare_kernel(const __nv_bfloat16 *x, const __nv_bfloat16 *y, size_t n, double *sums)
 {
@@ -162,11 +155,11 @@ static int cmp_float(const void *a, const void *b)
 /* Relative Frobenius error of x against y (rows*n elements); *nans: NaNs in x. */
 static double compare(lab *L, const void *x, const void *y, size_t elems, double *nans)
 {
-    CHECK_CUDA(cudaMemset(L->d_sums, 0, 3 * sizeof(double)));
+    LAB_CHECK(cudaMemset(L->d_sums, 0, 3 * sizeof(double)));
     compare_kernel<<<1024, 256>>>((const __nv_bfloat16 *)x, (const __nv_bfloat16 *)y, elems, L->d_sums);
-    CHECK_CUDA(cudaGetLastError());
+    LAB_CHECK(cudaGetLastError());
     double sums[3];
-    CHECK_CUDA(cudaMemcpy(sums, L->d_sums, sizeof sums, cudaMemcpyDeviceToHost));
+    LAB_CHECK(cudaMemcpy(sums, L->d_sums, sizeof sums, cudaMemcpyDeviceToHost));
     *nans = sums[2];
     return sqrt(sums[0] / (sums[1] > 0 ? sums[1] : 1));
 }
@@ -174,7 +167,7 @@ static double compare(lab *L, const void *x, const void *y, size_t elems, double
 static void poison(void *c, size_t elems)
 {
     fill_kernel<<<1024, 256>>>((__nv_bfloat16 *)c, elems, 0, AGMM_POISON_BF16);
-    CHECK_CUDA(cudaGetLastError());
+    LAB_CHECK(cudaGetLastError());
 }
 
 /* The SM clock in MHz, from clock64 against the globaltimer over 20 us of one warp's spin, both
@@ -251,8 +244,8 @@ static void stat_add(const shape *s, int config, double ratio)
 static void time_variant(lab *L, const options *o, const lt_set *P, variant *v, int index, int rep)
 {
     if (o->flush)
-        CHECK_CUDA(cudaMemsetAsync(L->flush, rep & 0xff, L->flush_bytes, 0));
-    CHECK_CUDA(cudaEventRecord(L->e0, 0));
+        LAB_CHECK(cudaMemsetAsync(L->flush, rep & 0xff, L->flush_bytes, 0));
+    LAB_CHECK(cudaEventRecord(L->e0, 0));
     if (v->plan) {
         agmm_error err = {};
         if (agmm_gemm_run(v->plan, 0, 0, &err) != AGMM_SUCCESS) {
@@ -264,12 +257,12 @@ static void time_variant(lab *L, const options *o, const lt_set *P, variant *v, 
     } else {
         CHECK_LT(lt_run(&L->cb, P, v->algo, L->d_c));
     }
-    CHECK_CUDA(cudaEventRecord(L->e1, 0));
+    LAB_CHECK(cudaEventRecord(L->e1, 0));
     if (o->clock)
         sm_clock_kernel<<<1, 32>>>(L->d_mhz + (size_t)index * o->reps + rep);
-    CHECK_CUDA(cudaEventSynchronize(L->e1));
+    LAB_CHECK(cudaEventSynchronize(L->e1));
     float ms;
-    CHECK_CUDA(cudaEventElapsedTime(&ms, L->e0, L->e1));
+    LAB_CHECK(cudaEventElapsedTime(&ms, L->e0, L->e1));
     v->t[rep] = ms * 1000.0f;
 }
 
@@ -387,7 +380,7 @@ static int run_shape(lab *L, const options *o, FILE *csv, const shape *s)
     } else {
         blas = NULL;
     }
-    CHECK_CUDA(cudaDeviceSynchronize());
+    LAB_CHECK(cudaDeviceSynchronize());
 
     /* --engine-only: cuBLASLt still checks, but is not timed (its times print as nan). */
     const int timed = o->engine_only ? n_engine : nv;
@@ -416,13 +409,13 @@ static int run_shape(lab *L, const options *o, FILE *csv, const shape *s)
         for (int j = 0; j < timed; j++)
             time_variant(L, o, &P, &v[order[j]], order[j], r);
     }
-    CHECK_CUDA(cudaDeviceSynchronize());
+    LAB_CHECK(cudaDeviceSynchronize());
     float *mhz = (float *)malloc((size_t)o->reps * sizeof(float));
     for (int i = 0; i < nv; i++) {
         v[i].mhz = NAN;
         if (!o->clock || i >= timed)
             continue;
-        CHECK_CUDA(cudaMemcpy(mhz, L->d_mhz + (size_t)i * o->reps, (size_t)o->reps * sizeof(float),
+        LAB_CHECK(cudaMemcpy(mhz, L->d_mhz + (size_t)i * o->reps, (size_t)o->reps * sizeof(float),
                               cudaMemcpyDeviceToHost));
         qsort(mhz, o->reps, sizeof(float), cmp_float);
         v[i].mhz = mhz[o->reps / 2];
@@ -705,13 +698,13 @@ int main(int argc, char **argv)
     memset(&L, 0, sizeof L);
     L.flush_bytes = 256u << 20;
     void *ws;
-    CHECK_CUDA(cudaMalloc(&ws, o.ws_bytes));
-    CHECK_CUDA(cudaMalloc(&L.flush, L.flush_bytes));
-    CHECK_CUDA(cudaMalloc((void **)&L.d_sums, 3 * sizeof(double)));
+    LAB_CHECK(cudaMalloc(&ws, o.ws_bytes));
+    LAB_CHECK(cudaMalloc(&L.flush, L.flush_bytes));
+    LAB_CHECK(cudaMalloc((void **)&L.d_sums, 3 * sizeof(double)));
     if (o.clock)
-        CHECK_CUDA(cudaMalloc((void **)&L.d_mhz, (size_t)(MAX_VARIANTS + MAX_LT + 1) * o.reps * sizeof(float)));
-    CHECK_CUDA(cudaEventCreate(&L.e0));
-    CHECK_CUDA(cudaEventCreate(&L.e1));
+        LAB_CHECK(cudaMalloc((void **)&L.d_mhz, (size_t)(MAX_VARIANTS + MAX_LT + 1) * o.reps * sizeof(float)));
+    LAB_CHECK(cudaEventCreate(&L.e0));
+    LAB_CHECK(cudaEventCreate(&L.e1));
 
     size_t a_elems = 0, b_elems = 0, c_elems = 0;
     for (int i = 0; i < o.nshapes; i++) {
@@ -721,25 +714,25 @@ int main(int argc, char **argv)
         b_elems = (size_t)(s->k * s->n) > b_elems ? (size_t)(s->k * s->n) : b_elems;
         c_elems = rows * s->n > c_elems ? rows * s->n : c_elems;
     }
-    CHECK_CUDA(cudaMalloc(&L.d_a, a_elems * 2));
-    CHECK_CUDA(cudaMalloc(&L.d_b, b_elems * 2));
-    CHECK_CUDA(cudaMalloc(&L.d_c, c_elems * 2));
-    CHECK_CUDA(cudaMalloc(&L.d_ref, c_elems * 2));
+    LAB_CHECK(cudaMalloc(&L.d_a, a_elems * 2));
+    LAB_CHECK(cudaMalloc(&L.d_b, b_elems * 2));
+    LAB_CHECK(cudaMalloc(&L.d_c, c_elems * 2));
+    LAB_CHECK(cudaMalloc(&L.d_ref, c_elems * 2));
     if (o.mode != MODE_PLAIN) {
-        CHECK_CUDA(cudaMalloc(&L.d_gath, a_elems * 2));
-        CHECK_CUDA(cudaMalloc((void **)&L.d_flags, 2 * sizeof(uint32_t)));
-        CHECK_CUDA(cudaMemset(L.d_flags, 0, 2 * sizeof(uint32_t)));
-        CHECK_CUDA(cudaHostAlloc((void **)&L.h_err, sizeof *L.h_err, cudaHostAllocMapped));
+        LAB_CHECK(cudaMalloc(&L.d_gath, a_elems * 2));
+        LAB_CHECK(cudaMalloc((void **)&L.d_flags, 2 * sizeof(uint32_t)));
+        LAB_CHECK(cudaMemset(L.d_flags, 0, 2 * sizeof(uint32_t)));
+        LAB_CHECK(cudaHostAlloc((void **)&L.h_err, sizeof *L.h_err, cudaHostAllocMapped));
         memset(L.h_err, 0, sizeof *L.h_err);
-        CHECK_CUDA(cudaHostGetDevicePointer((void **)&L.d_err, L.h_err, 0));
+        LAB_CHECK(cudaHostGetDevicePointer((void **)&L.d_err, L.h_err, 0));
     }
     lab_cublas_init(&L.cb, ws, o.ws_bytes, L.d_a, L.d_b);
     fill_kernel<<<4096, 256>>>((__nv_bfloat16 *)L.d_a, a_elems, 0x1234, 0);
     fill_kernel<<<4096, 256>>>((__nv_bfloat16 *)L.d_b, b_elems, 0x9876, 0);
-    CHECK_CUDA(cudaDeviceSynchronize());
+    LAB_CHECK(cudaDeviceSynchronize());
 
     cudaDeviceProp prop;
-    CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+    LAB_CHECK(cudaGetDeviceProperties(&prop, 0));
     int ver = 0;
     cudaRuntimeGetVersion(&ver);
     printf("# gemm-lab on %s (%d SMs), CUDA runtime %d, cuBLASLt %zu; B %s-major; %s; median of %d after %d "

@@ -26,16 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lab_check.h"
 #include "kernels/hopper_ptx.cuh"
-
-#define CHECK(x)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));    \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 #define FLUSH_BYTES (256u << 20)
 #define MAX_SLOTS 16
@@ -153,7 +145,7 @@ int main(int argc, char **argv)
         }
     }
     cudaDeviceProp prop;
-    CHECK(cudaGetDeviceProperties(&prop, 0));
+    LAB_CHECK(cudaGetDeviceProperties(&prop, 0));
     const int sms = prop.multiProcessorCount;
     /* B of decode's GEMMs: 8192 x 1024 and 8192 x 3584 (LLaMA-3 70B at TP 8), 28672 x 8192. */
     const size_t sizes[] = {(size_t)8192 * 1024 * 2, (size_t)8192 * 3584 * 2, (size_t)28672 * 8192 * 2};
@@ -178,38 +170,38 @@ int main(int argc, char **argv)
                      grids[g]);
             nv++;
         }
-    CHECK(cudaFuncSetAttribute(bulk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 6 * 32768));
+    LAB_CHECK(cudaFuncSetAttribute(bulk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 6 * 32768));
 
     void *buf, *flush_buf;
     unsigned *sink;
-    CHECK(cudaMalloc(&buf, sizes[nsizes - 1]));
-    CHECK(cudaMalloc(&flush_buf, FLUSH_BYTES));
-    CHECK(cudaMalloc((void **)&sink, sizeof *sink));
-    CHECK(cudaMemset(buf, 0x3c, sizes[nsizes - 1]));
+    LAB_CHECK(cudaMalloc(&buf, sizes[nsizes - 1]));
+    LAB_CHECK(cudaMalloc(&flush_buf, FLUSH_BYTES));
+    LAB_CHECK(cudaMalloc((void **)&sink, sizeof *sink));
+    LAB_CHECK(cudaMemset(buf, 0x3c, sizes[nsizes - 1]));
     cudaStream_t s;
     cudaEvent_t e0, e1;
-    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    CHECK(cudaEventCreate(&e0));
-    CHECK(cudaEventCreate(&e1));
+    LAB_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    LAB_CHECK(cudaEventCreate(&e0));
+    LAB_CHECK(cudaEventCreate(&e1));
     float *ms = (float *)malloc(sizeof(float) * (size_t)reps * nv * nsizes);
     if (ms == NULL)
         return 1;
     for (int z = 0; z < nsizes; z++)
         for (int v = 0; v < nv; v++)
             launch(&vs[v], buf, sizes[z], sms, sink, s); /* warm-up: module load, clocks */
-    CHECK(cudaStreamSynchronize(s));
+    LAB_CHECK(cudaStreamSynchronize(s));
     for (int rep = 0; rep < reps; rep++)
         for (int z = 0; z < nsizes; z++)
             for (int v = 0; v < nv; v++) {
                 if (flush)
-                    CHECK(cudaMemsetAsync(flush_buf, rep & 0xff, FLUSH_BYTES, s));
-                CHECK(cudaEventRecord(e0, s));
+                    LAB_CHECK(cudaMemsetAsync(flush_buf, rep & 0xff, FLUSH_BYTES, s));
+                LAB_CHECK(cudaEventRecord(e0, s));
                 launch(&vs[v], buf, sizes[z], sms, sink, s);
-                CHECK(cudaEventRecord(e1, s));
-                CHECK(cudaEventSynchronize(e1));
-                CHECK(cudaEventElapsedTime(&ms[((size_t)z * nv + v) * reps + rep], e0, e1));
+                LAB_CHECK(cudaEventRecord(e1, s));
+                LAB_CHECK(cudaEventSynchronize(e1));
+                LAB_CHECK(cudaEventElapsedTime(&ms[((size_t)z * nv + v) * reps + rep], e0, e1));
             }
-    CHECK(cudaGetLastError());
+    LAB_CHECK(cudaGetLastError());
     printf("# %s, %d SMs; L2 %s before each call; median of %d rounds\n", prop.name, sms,
            flush ? "flushed (256 MB memset)" : "not flushed", reps);
     printf("%-24s %12s %10s %8s\n", "variant", "bytes", "us", "TB/s");

@@ -25,14 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(x)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));    \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "lab_check.h"
 
 typedef struct {
     unsigned long long w[128];
@@ -76,9 +69,9 @@ static void launch(const shape *s, int with_params, const params_1k *p, unsigned
         cfg.attrs = &attr, cfg.numAttrs = 1;
     }
     if (with_params)
-        CHECK(cudaLaunchKernelEx(&cfg, params_kernel, *p, sink));
+        LAB_CHECK(cudaLaunchKernelEx(&cfg, params_kernel, *p, sink));
     else
-        CHECK(cudaLaunchKernelEx(&cfg, empty_kernel, *p));
+        LAB_CHECK(cudaLaunchKernelEx(&cfg, empty_kernel, *p));
 }
 
 static int cmp_float(const void *a, const void *b)
@@ -103,13 +96,13 @@ int main(int argc, char **argv)
     const size_t flush_bytes = 256u << 20;
     void *flush;
     unsigned long long *sink;
-    CHECK(cudaMalloc(&flush, flush_bytes));
-    CHECK(cudaMalloc(&sink, sizeof *sink));
-    CHECK(cudaFuncSetAttribute(empty_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 217088));
-    CHECK(cudaFuncSetAttribute(params_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 217088));
+    LAB_CHECK(cudaMalloc(&flush, flush_bytes));
+    LAB_CHECK(cudaMalloc(&sink, sizeof *sink));
+    LAB_CHECK(cudaFuncSetAttribute(empty_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 217088));
+    LAB_CHECK(cudaFuncSetAttribute(params_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 217088));
     cudaEvent_t e0, e1;
-    CHECK(cudaEventCreate(&e0));
-    CHECK(cudaEventCreate(&e1));
+    LAB_CHECK(cudaEventCreate(&e0));
+    LAB_CHECK(cudaEventCreate(&e1));
     params_1k p;
     for (int i = 0; i < 128; i++)
         p.w[i] = 0;
@@ -121,18 +114,18 @@ int main(int argc, char **argv)
             const shape *s = &shapes[v / 4];
             const int with_params = v & 1, flushed = !(v & 2);
             if (flushed)
-                CHECK(cudaMemsetAsync(flush, r & 0xff, flush_bytes, 0));
-            CHECK(cudaEventRecord(e0, 0));
+                LAB_CHECK(cudaMemsetAsync(flush, r & 0xff, flush_bytes, 0));
+            LAB_CHECK(cudaEventRecord(e0, 0));
             launch(s, with_params, &p, sink);
-            CHECK(cudaEventRecord(e1, 0));
-            CHECK(cudaEventSynchronize(e1));
+            LAB_CHECK(cudaEventRecord(e1, 0));
+            LAB_CHECK(cudaEventSynchronize(e1));
             float ms;
-            CHECK(cudaEventElapsedTime(&ms, e0, e1));
+            LAB_CHECK(cudaEventElapsedTime(&ms, e0, e1));
             if (r >= 0)
                 t[v * reps + r] = ms * 1000.f;
         }
     cudaDeviceProp prop;
-    CHECK(cudaGetDeviceProperties(&prop, 0));
+    LAB_CHECK(cudaGetDeviceProperties(&prop, 0));
     printf("# %s: median us between the events around one launch, %d rounds\n", prop.name, reps);
     printf("%-16s %6s %7s %9s %7s | %9s %9s | %9s %9s\n", "shape", "ctas", "threads", "smem", "cluster",
            "empty,fl", "params,fl", "empty", "params");

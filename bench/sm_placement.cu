@@ -18,6 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "lab_check.h"
+
 __global__ void probe(unsigned *out)
 {
     unsigned smid, cid;
@@ -35,15 +37,6 @@ __global__ void probe(unsigned *out)
     while (t - t0 < 200000);
 }
 
-#define CHECK(x)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "sm-placement: %s: %s\n", #x, cudaGetErrorString(e_));                 \
-            return 1;                                                                              \
-        }                                                                                          \
-    } while (0)
-
 int main(int argc, char **argv)
 {
     if (argc < 3 || atoi(argv[1]) < 1 || atoi(argv[2]) < 1 || atoi(argv[2]) > 16) {
@@ -58,10 +51,10 @@ int main(int argc, char **argv)
         return 2;
     }
     unsigned *d, *h = (unsigned *)malloc(2 * sizeof *h * grid);
-    CHECK(cudaMalloc(&d, 2 * sizeof *d * grid));
-    CHECK(cudaFuncSetAttribute(probe, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    LAB_CHECK(cudaMalloc(&d, 2 * sizeof *d * grid));
+    LAB_CHECK(cudaFuncSetAttribute(probe, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     if (c > 8)
-        CHECK(cudaFuncSetAttribute(probe, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+        LAB_CHECK(cudaFuncSetAttribute(probe, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     cudaLaunchAttribute at = {};
     at.id = cudaLaunchAttributeClusterDimension;
     at.val.clusterDim.x = c;
@@ -74,12 +67,12 @@ int main(int argc, char **argv)
     cfg.numAttrs = c > 1;
     if (c > 1) {
         int n = 0;
-        CHECK(cudaOccupancyMaxActiveClusters(&n, probe, &cfg));
+        LAB_CHECK(cudaOccupancyMaxActiveClusters(&n, probe, &cfg));
         printf("# max active clusters of %d: %d\n", c, n);
     }
-    CHECK(cudaLaunchKernelEx(&cfg, probe, d));
-    CHECK(cudaDeviceSynchronize());
-    CHECK(cudaMemcpy(h, d, 2 * sizeof *h * grid, cudaMemcpyDeviceToHost));
+    LAB_CHECK(cudaLaunchKernelEx(&cfg, probe, d));
+    LAB_CHECK(cudaDeviceSynchronize());
+    LAB_CHECK(cudaMemcpy(h, d, 2 * sizeof *h * grid, cudaMemcpyDeviceToHost));
     for (int b = 0; b < grid; b++)
         printf("%d %d %u %u\n", c, b, h[2 * b + 1], h[2 * b]);
     free(h);
