@@ -84,7 +84,8 @@ void test_nccl_sync_timeout(void)
     agmm_world_destroy(w);
     double destroy_s = now_s() - t0;
     agmm_check(res.setup_ok && res.sync == AGMM_ERR_TIMEOUT && res.sync_s >= BOUND_S * 0.9 &&
-                   res.sync_s < SYNC_LIMIT_S && strstr(res.sync_msg, "agmm_ctx_sync") && strstr(res.sync_msg, "aborted"),
+                   res.sync_s < SYNC_LIMIT_S && strstr(res.sync_msg, "agmm_ctx_sync") &&
+                   strstr(res.sync_msg, "aborted"),
                "all_reduce/nccl W=1, stream stalled %.1f s before the NCCL call: agmm_ctx_sync -> %s after %.2f s "
                "(timeout %.1f s): \"%s\"",
                STALL_S, agmm_status_str(res.sync), res.sync_s, BOUND_S, res.sync_msg);
