@@ -138,6 +138,9 @@ void report_print(const bench_results *r, FILE *f)
                 r->opt.iters / r->opt.turns, r->opt.iters / r->opt.turns > 1 ? "s" : "",
                 r->opt.alone ? "; --alone: each backend held and timed by itself" : "",
                 r->opt.graph && r->gpu ? "; graph replays: each backend's after its runs, on their own" : "");
+    if (r->opt.world == AGMM_WORLD_EMULATED && !r->opt.check_only)
+        fprintf(f, "# emulated: the ranks share one GPU's SMs, memory and copy engines, so these times say what "
+                   "is correct and what costs more, not what a world of GPUs over NVLink takes\n");
     if (r->opt.op == AGMM_OP_ALL_REDUCE_RMSNORM)
         fprintf(f, "# every row with bias and residual, eps=%.9g; algbw = x's T*H*2 bytes / time; err = the larger "
                    "of r' and y's rel. error vs fp64\n", r->opt.eps);
