@@ -159,8 +159,11 @@ typedef struct {
     uint64_t seed;          /* of the inputs in the buffers now */
 } step_rank;
 
-/* "ag_matmul/ce M=.. N=.. K=.. splits=.." or "all_reduce/one_shot n=.. bf16 in place". */
+/* "ag_matmul/ce M=.. N=.. K=.. splits=..", "all_reduce/one_shot n=.. bf16 in place", and so on. */
 const char *step_case_name(const step_case *sc, char *buf, size_t len);
+/* A step job's start on rank `rank`: its result marked good, *s its stream 0; 0 (the failure
+ * recorded) without a stream. The rank still plans after a 0: planning is collective. */
+int step_job_start(gpu_rank_results *res, int rank, cudaStream_t *s);
 /* Plans (collective) and allocates `slots` step buffers; 0 after recording a failure in res. */
 int step_rank_init(step_rank *sr, agmm_ctx *ctx, const step_case *sc, int slots, step_input input,
                    gpu_rank_results *res);

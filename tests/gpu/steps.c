@@ -90,6 +90,13 @@ const char *step_case_name(const step_case *sc, char *buf, size_t len)
     return buf;
 }
 
+int step_job_start(gpu_rank_results *res, int rank, cudaStream_t *s)
+{
+    res->ok[rank] = 1;
+    *s = gpu_rank_stream(rank, 0);
+    return *s != NULL || gpu_rank_fail(res, rank, "no stream (gpu_rank_stream)");
+}
+
 int step_rank_init(step_rank *sr, agmm_ctx *ctx, const step_case *sc, int slots, step_input input,
                    gpu_rank_results *res)
 {

@@ -115,13 +115,10 @@ static agmm_status graph_rank(agmm_ctx *ctx, void *arg)
 {
     graph_job *j = arg;
     const int rank = agmm_ctx_rank(ctx);
-    j->res.ok[rank] = 1;
-    cudaStream_t s = gpu_rank_stream(rank, 0);
+    cudaStream_t s;
     cudaGraphExec_t exec = NULL;
     step_rank sr;
-    int ok = s != NULL;
-    if (!ok)
-        gpu_rank_fail(&j->res, rank, "no stream (gpu_rank_stream)");
+    int ok = step_job_start(&j->res, rank, &s);
     /* Collective: every rank plans, whatever failed before. */
     ok = step_rank_init(&sr, ctx, j->sc, j->steps, j->input, &j->res) && ok;
     const int W = agmm_ctx_info(ctx)->nranks;
@@ -350,13 +347,10 @@ static agmm_status replays_and_eager_rank(agmm_ctx *ctx, void *arg)
     const int rank = agmm_ctx_rank(ctx);
     const int nplans = j->sc[1] ? 2 : 1;
     const char *pattern = nplans == 2 ? TWO_PLANS : ONE_PLAN;
-    j->res.ok[rank] = 1;
-    cudaStream_t s = gpu_rank_stream(rank, 0);
+    cudaStream_t s;
     cudaGraphExec_t exec[2] = {NULL, NULL};
     step_rank sr[2];
-    int ok = s != NULL;
-    if (!ok)
-        gpu_rank_fail(&j->res, rank, "no stream (gpu_rank_stream)");
+    int ok = step_job_start(&j->res, rank, &s);
     /* Collective: every rank plans both, whatever failed before. */
     for (int p = 0; p < nplans; p++)
         ok = step_rank_init(&sr[p], ctx, j->sc[p], 1, STEP_STAGED, &j->res) && ok;

@@ -277,13 +277,10 @@ static agmm_status slots_rank(agmm_ctx *ctx, void *arg)
     static const step_case pull_case = {AGMM_OP_AG_MATMUL, "pull", 40, 72, 64, 2, 0, AGMM_DTYPE_BF16, 0};
     slots_job *j = arg;
     const int rank = agmm_ctx_rank(ctx);
-    j->res.ok[rank] = 1;
-    cudaStream_t s = gpu_rank_stream(rank, 0);
+    cudaStream_t s;
     cudaGraphExec_t exec = NULL, more = NULL;
     step_rank sr;
-    int ok = s != NULL;
-    if (!ok)
-        gpu_rank_fail(&j->res, rank, "no stream (gpu_rank_stream)");
+    int ok = step_job_start(&j->res, rank, &s);
     /* Collective: every rank plans, whatever failed before. Step i reads slot i of one symmetric
      * buffer: a distinct io.input per step. */
     ok = step_rank_init(&sr, ctx, &pull_case, SLOT_STEPS, STEP_SYMMETRIC, &j->res) && ok;
