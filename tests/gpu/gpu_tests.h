@@ -143,8 +143,11 @@ typedef enum {
     STEP_SYMMETRIC          /* step j reads slot j of one agmm_symmetric_alloc buffer (io.input) */
 } step_input;
 
+struct step_op;
+
 typedef struct {
     const step_case *sc;
+    const struct step_op *op; /* sc's operation in the harness (step_op.h) */
     agmm_ctx *ctx;
     gpu_rank_results *res;  /* where failures go (gpu_rank_fail) */
     int rank, nranks, slots;
