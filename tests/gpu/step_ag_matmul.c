@@ -24,15 +24,6 @@ static int plan(step_rank *sr, size_t *ref_bytes)
     return step_planned(sr, agmm_plan_ag_matmul(&sr->plan, sr->ctx, &d));
 }
 
-static void fill(step_rank *sr, int slot, char *in, char *b)
-{
-    const size_t na = (size_t)(sr->sc->m * sr->sc->k), nb = (size_t)(sr->sc->k * sr->sc->n);
-    step_gen_small(sr->ref, na, step_input_state(sr->seed, slot, sr->rank, 'A'), 1);
-    step_to_dtype(sr->ref, na, AGMM_DTYPE_BF16, in);
-    step_gen_small(sr->ref, nb, step_input_state(sr->seed, slot, sr->rank, 'B'), 1);
-    step_to_dtype(sr->ref, nb, AGMM_DTYPE_BF16, b);
-}
-
 static agmm_status run(step_rank *sr, int slot, char *in, const void *io_input, const char *b, char *out,
                        cudaStream_t s)
 {
@@ -106,4 +97,4 @@ static int check(step_rank *sr, int slot, const char *out, const char *what)
     return 1;
 }
 
-const step_op step_ag_matmul = {AGMM_OP_AG_MATMUL, 1, name, plan, fill, run, check};
+const step_op step_ag_matmul = {AGMM_OP_AG_MATMUL, 1, name, plan, step_fill_ab, run, check};

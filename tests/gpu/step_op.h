@@ -44,5 +44,7 @@ uint64_t step_input_state(uint64_t seed, int slot, int rank, int what);
 void step_gen_small(int8_t *x, size_t count, uint64_t state, int span);
 /* Small integers as bf16 or fp32. */
 void step_to_dtype(const int8_t *x, size_t count, agmm_dtype dt, void *out);
+/* The matmuls' fill: this rank's A (m x k) and B (k x n, column-major) in {-1, 0, 1}, bf16. */
+void step_fill_ab(step_rank *sr, int slot, char *in, char *b);
 
 #endif

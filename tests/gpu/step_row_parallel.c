@@ -46,15 +46,6 @@ static int plan_ar(step_rank *sr, size_t *ref_bytes)
     return step_planned(sr, agmm_plan_matmul_all_reduce(&sr->plan, sr->ctx, &d));
 }
 
-static void fill(step_rank *sr, int slot, char *in, char *b)
-{
-    const size_t na = (size_t)(sr->sc->m * sr->sc->k), nb = (size_t)(sr->sc->k * sr->sc->n);
-    step_gen_small(sr->ref, na, step_input_state(sr->seed, slot, sr->rank, 'A'), 1);
-    step_to_dtype(sr->ref, na, AGMM_DTYPE_BF16, in);
-    step_gen_small(sr->ref, nb, step_input_state(sr->seed, slot, sr->rank, 'B'), 1);
-    step_to_dtype(sr->ref, nb, AGMM_DTYPE_BF16, b);
-}
-
 static agmm_status run_rs(step_rank *sr, int slot, char *in, const void *io_input, const char *b, char *out,
                           cudaStream_t s)
 {
@@ -97,5 +88,6 @@ static int check(step_rank *sr, int slot, const char *out, const char *what)
     return 1;
 }
 
-const step_op step_matmul_reduce_scatter = {AGMM_OP_MATMUL_REDUCE_SCATTER, 0, name, plan_rs, fill, run_rs, check};
-const step_op step_matmul_all_reduce = {AGMM_OP_MATMUL_ALL_REDUCE, 0, name, plan_ar, fill, run_ar, check};
+const step_op step_matmul_reduce_scatter = {AGMM_OP_MATMUL_REDUCE_SCATTER, 0, name, plan_rs, step_fill_ab, run_rs,
+                                            check};
+const step_op step_matmul_all_reduce = {AGMM_OP_MATMUL_ALL_REDUCE, 0, name, plan_ar, step_fill_ab, run_ar, check};

@@ -50,6 +50,15 @@ void step_to_dtype(const int8_t *x, size_t count, agmm_dtype dt, void *out)
     }
 }
 
+void step_fill_ab(step_rank *sr, int slot, char *in, char *b)
+{
+    const size_t na = (size_t)(sr->sc->m * sr->sc->k), nb = (size_t)(sr->sc->k * sr->sc->n);
+    step_gen_small(sr->ref, na, step_input_state(sr->seed, slot, sr->rank, 'A'), 1);
+    step_to_dtype(sr->ref, na, AGMM_DTYPE_BF16, in);
+    step_gen_small(sr->ref, nb, step_input_state(sr->seed, slot, sr->rank, 'B'), 1);
+    step_to_dtype(sr->ref, nb, AGMM_DTYPE_BF16, b);
+}
+
 int step_planned(step_rank *sr, agmm_status st)
 {
     if (st != AGMM_SUCCESS)
