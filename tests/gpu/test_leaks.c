@@ -1,8 +1,8 @@
-/* No leaks on GPUs: 1000 create/run/destroy cycles of a plan (every backend the world runs, in
- * turn) and 100 cycles of a whole world keep the process flat, as tests/test_leaks.c checks in the
- * CPU world, and keep the device's free memory flat too (cudaMemGetInfo). Worlds: emulated W=2 on
- * GPU 0, and the GPU world of one rank (NCCL communicator and windows). Usage is read with every
- * rank between cycles, after a warm-up, and at the end. */
+/* No leaks on GPUs: 1000 create/run/destroy cycles of a plan (every backend of every operation the
+ * world runs, in turn) and 100 cycles of a whole world keep the process flat, as tests/test_leaks.c
+ * checks in the CPU world, and keep the device's free memory flat too (cudaMemGetInfo). Worlds:
+ * emulated W=2 on GPU 0, and the GPU world of one rank (NCCL communicator and windows). Usage is
+ * read with every rank between cycles, after a warm-up, and at the end. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -11,10 +11,11 @@
 
 #include <cuda_runtime_api.h>
 
+#include "api/agmm_ext.h"
 #include "gpu_tests.h"
 #include "../harness.h"
 
-enum { GL_M = 128, GL_N = 128, GL_K = 256, GL_AR_N = 65536, GL_MAX_KINDS = 16 };
+enum { GL_M = 128, GL_N = 128, GL_K = 256, GL_AR_N = 65536, GL_MAX_KINDS = 32 };
 #define GL_RSS_BOUND_KB (32 * 1024)
 #define GL_VM_BOUND_KB (256 * 1024)
 #define GL_MAPS_BOUND 64
@@ -67,10 +68,17 @@ static int one_cycle(agmm_ctx *ctx, gleak_job *job, int kind, const gleak_bufs *
         agmm_matmul_all_reduce_desc d = {.m = GL_M, .n = GL_N, .k = GL_K, .backend = job->backend[kind]};
         st = agmm_plan_matmul_all_reduce(&plan, ctx, &d);
         in_bytes = 0;
-    } else {
+    } else if (job->op[kind] == AGMM_OP_ALL_REDUCE_RMSNORM) {
+        agmm_all_reduce_rmsnorm_desc d = {.tokens = GL_M, .hidden = GL_N, .eps = 1e-5, .backend = job->backend[kind]};
+        st = agmm_plan_all_reduce_rmsnorm(&plan, ctx, &d);
+        in_bytes = (size_t)GL_M * GL_N * 2;
+    } else if (job->op[kind] == AGMM_OP_ALL_REDUCE) {
         agmm_all_reduce_desc d = {.n = GL_AR_N, .dtype = AGMM_DTYPE_F32, .backend = job->backend[kind]};
         st = agmm_plan_all_reduce(&plan, ctx, &d);
         in_bytes = (size_t)GL_AR_N * 4;
+    } else { /* the same on every rank: none plans */
+        return gpu_rank_fail(&job->res, rank, "%s: no leak cycle for it in test_leaks.c's one_cycle",
+                             agmm_op_name(job->op[kind]));
     }
     if (st == AGMM_SUCCESS && in_bytes && cudaMemsetAsync(agmm_plan_input(plan), 0, in_bytes, bf->s) != cudaSuccess)
         st = AGMM_ERR_CUDA;
@@ -83,7 +91,10 @@ static int one_cycle(agmm_ctx *ctx, gleak_job *job, int kind, const gleak_bufs *
     } else if (st == AGMM_SUCCESS && job->op[kind] == AGMM_OP_MATMUL_ALL_REDUCE) {
         agmm_matmul_all_reduce_io io = {.a = bf->out, .b = bf->b, .c = bf->c};
         st = agmm_matmul_all_reduce(plan, &io, bf->s);
-    } else if (st == AGMM_SUCCESS) {
+    } else if (st == AGMM_SUCCESS && job->op[kind] == AGMM_OP_ALL_REDUCE_RMSNORM) {
+        agmm_all_reduce_rmsnorm_io io = {.y = bf->c, .residual_out = bf->out, .gamma = bf->b};
+        st = agmm_all_reduce_rmsnorm(plan, &io, bf->s);
+    } else if (st == AGMM_SUCCESS) { /* all_reduce */
         agmm_all_reduce_io io = {.out = bf->out};
         st = agmm_all_reduce(plan, &io, bf->s);
     }
@@ -169,16 +180,19 @@ static agmm_status world_cycle_rank(agmm_ctx *ctx, void *arg)
     return AGMM_SUCCESS;
 }
 
-/* The backends of both operations that `world` runs. */
+/* The backends of every operation that `world` runs (one_cycle has a branch for each; the bound
+ * on kinds is checked). */
 static void list_kinds(gleak_job *job, const agmm_world *world)
 {
-    static const agmm_op ops[] = {AGMM_OP_AG_MATMUL, AGMM_OP_ALL_REDUCE, AGMM_OP_MATMUL_REDUCE_SCATTER,
-                                  AGMM_OP_MATMUL_ALL_REDUCE};
-    for (int o = 0; o < 4; o++)
-        for (int i = 0; agmm_backend_name(ops[o], i) && job->nkinds < GL_MAX_KINDS; i++)
-            if (agmm_backend_available(world, ops[o], agmm_backend_name(ops[o], i), NULL, 0)) {
-                job->op[job->nkinds] = ops[o];
-                job->backend[job->nkinds++] = agmm_backend_name(ops[o], i);
+    for (agmm_op op = 0; (int)op < agmm_ext_op_count(); op++)
+        for (int i = 0; agmm_backend_name(op, i); i++)
+            if (agmm_backend_available(world, op, agmm_backend_name(op, i), NULL, 0)) {
+                if (job->nkinds == GL_MAX_KINDS) {
+                    agmm_check(0, "leak cycles: more than %d backends to cycle (GL_MAX_KINDS)", GL_MAX_KINDS);
+                    return;
+                }
+                job->op[job->nkinds] = op;
+                job->backend[job->nkinds++] = agmm_backend_name(op, i);
             }
 }
 
