@@ -1,10 +1,10 @@
 /* No leaks: 1000 create/run/destroy cycles of a plan (every CPU backend of every operation, in
  * turn) and 100 cycles of a whole world keep the process flat, measured from /proc/self
  * (harness.h): resident memory, mapped address space, mappings and open file descriptors, between a
- * point after warm-up and the end. A plan's buffers are 64-256 KiB, so a leaked buffer, thread (its stack) or descriptor per
- * cycle shows many times over the bounds. Under a sanitizer, whose allocator holds freed memory
- * back and maps its own regions as it goes, only descriptors are compared: there LeakSanitizer
- * checks the heap. */
+ * point after warm-up and the end. A plan's buffers are 64-256 KiB, so a leaked buffer, thread (its
+ * stack) or descriptor per cycle shows many times over the bounds. Under a sanitizer, whose
+ * allocator holds freed memory back and maps its own regions as it goes, only descriptors are
+ * compared: there LeakSanitizer checks the heap. */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
