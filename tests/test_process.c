@@ -571,27 +571,28 @@ int main(int argc, char **argv)
             if (!expect_span) /* ranks claiming other hosts do not share this one's memory */
                 test_host_memory_shared();
         }
-        static const agmm_op ops[] = {AGMM_OP_AG_MATMUL, AGMM_OP_ALL_REDUCE, AGMM_OP_MATMUL_REDUCE_SCATTER,
-                                      AGMM_OP_MATMUL_ALL_REDUCE, AGMM_OP_ALL_REDUCE_RMSNORM};
-        for (int o = 0; o < 5; o++)
-            for (int b = 0; agmm_backend_name(ops[o], b) != NULL; b++) {
-                const char *name = agmm_backend_name(ops[o], b);
+        for (agmm_op op = 0; (int)op < agmm_ext_op_count(); op++)
+            for (int b = 0; agmm_backend_name(op, b) != NULL; b++) {
+                const char *name = agmm_backend_name(op, b);
                 char why[512];
-                if (!agmm_backend_available(P.world, ops[o], name, why, sizeof why)) {
-                    printf("rank %d: %s/%s: %s\n", P.rank, agmm_op_name(ops[o]), name, why);
+                if (!agmm_backend_available(P.world, op, name, why, sizeof why)) {
+                    printf("rank %d: %s/%s: %s\n", P.rank, agmm_op_name(op), name, why);
                     continue;
                 }
-                if (ops[o] == AGMM_OP_AG_MATMUL) {
+                if (op == AGMM_OP_AG_MATMUL) {
                     test_ag_matmul_shapes(name);
                     proc_symmetric_input(name);
-                } else if (ops[o] == AGMM_OP_ALL_REDUCE) {
+                } else if (op == AGMM_OP_ALL_REDUCE) {
                     test_all_reduce_sizes(name);
                     if (b == 0)
                         test_run_check_procs(name);
-                } else if (ops[o] == AGMM_OP_ALL_REDUCE_RMSNORM) {
+                } else if (op == AGMM_OP_ALL_REDUCE_RMSNORM) {
                     test_arn_shapes(name);
+                } else if (op == AGMM_OP_MATMUL_REDUCE_SCATTER || op == AGMM_OP_MATMUL_ALL_REDUCE) {
+                    proc_matmul_reduce(P.ctx, P.nranks, P.gpu, P.stream, op, name);
                 } else {
-                    proc_matmul_reduce(P.ctx, P.nranks, P.gpu, P.stream, ops[o], name);
+                    agmm_check(0, "rank %d: %s/%s: no process test for this operation in test_process.c", P.rank,
+                               agmm_op_name(op), name);
                 }
             }
 #ifdef AGMM_HAVE_CUDA
