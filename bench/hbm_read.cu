@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(64, 1)
 {
     extern __shared__ __align__(128) char ring[];
     __shared__ __align__(8) uint64_t full[MAX_SLOTS], empty[MAX_SLOTS];
-    const size_t share = (bytes / gridDim.x + 15) / 16 * 16, begin = share * blockIdx.x;
+    const size_t share = ((bytes + gridDim.x - 1) / gridDim.x + 15) / 16 * 16, begin = share * blockIdx.x;
     const size_t end = begin + share < bytes ? begin + share : bytes;
     const size_t nchunks = begin < end ? (end - begin + chunk - 1) / chunk : 0;
     if (threadIdx.x == 0) {

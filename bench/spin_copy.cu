@@ -18,8 +18,11 @@
  *   host /4096     host-mapped memory, every 4096 polls
  *   device /64     device memory, every 64 polls (the same polling, no host reads)
  * and prints, per variant, the median over --reps of the chain's time (event to event on the copy
- * stream). If "host /64" is slow and "device /64" is not, the host reads are the cost; if both are
- * slow, the spinners' SMs or their polling are.
+ * stream, from when every spinner is resident and waiting). If "host /64" is slow and "device /64" is
+ * not, the host reads are the cost; if both are slow, the spinners' SMs or their polling are. A wait
+ * that ends without its flag (the copies never ran beside them: --spinners = the SM count, if the
+ * copies need SMs) stops the program with a message. Built on branch exp/err-period, "host /64"
+ * and "host /4096" measure that branch's wait (the record read once per millisecond) instead.
  *
  *   make spin-copy && build/spin-copy [--spinners N (default SMs - 4)] [--bytes B (default 2 MiB)]
  *                                     [--chunks C (default 3)] [--reps R (default 20)]
@@ -37,13 +40,18 @@
 #define SPIN_SMEM (200 << 10)
 #define SPIN_TIMEOUT_NS 2000000000ull
 
+/* Thread 0 counts its CTA in `arrived` (the chain starts once every spinner is resident), waits,
+ * and counts a wait that did not end on the flag (expired, or gave up) in `failed`. */
 template <uint32_t CHECK>
-__global__ void __launch_bounds__(32, 1) spinner(const uint32_t *flag, uint32_t target, const agmm_dev_error *err)
+__global__ void __launch_bounds__(32, 1)
+    spinner(const uint32_t *flag, uint32_t target, const agmm_dev_error *err, uint32_t *arrived, uint32_t *failed)
 {
     extern __shared__ char hold[]; /* one CTA per SM */
     if (threadIdx.x == 0) {
+        atomicAdd(arrived, 1u);
         uint32_t seen;
-        agmm_spin_until<64, CHECK, 0>(flag, target, SPIN_TIMEOUT_NS, err, &seen);
+        if (agmm_spin_until<64, CHECK, 0>(flag, target, SPIN_TIMEOUT_NS, err, &seen) != AGMM_SPIN_MET)
+            atomicAdd(failed, 1u);
         hold[0] = (char)seen;
     }
 }
@@ -54,19 +62,20 @@ typedef struct {
     int host_record;  /* the error record in host-mapped memory */
 } variant;
 
-/* cuStreamWriteValue32 through the runtime's entry point, as the library takes it (no -lcuda). */
-typedef CUresult (*write_value_fn)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+/* cuStreamWriteValue32 and cuStreamWaitValue32 through the runtime's entry points, as the library
+ * takes them (no -lcuda). */
+typedef CUresult (*stream_value_fn)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 
-static write_value_fn write_value(void)
+static stream_value_fn driver_fn(const char *name)
 {
     void *fn = NULL;
     cudaDriverEntryPointQueryResult q;
-    LAB_CHECK(cudaGetDriverEntryPointByVersion("cuStreamWriteValue32", &fn, 12000, cudaEnableDefault, &q));
+    LAB_CHECK(cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q));
     if (fn == NULL || q != cudaDriverEntryPointSuccess) {
-        fprintf(stderr, "cuStreamWriteValue32: not found\n");
+        fprintf(stderr, "%s: not found\n", name);
         exit(1);
     }
-    return (write_value_fn)fn;
+    return (stream_value_fn)fn;
 }
 
 static int cmp_float(const void *a, const void *b)
@@ -118,6 +127,14 @@ int main(int argc, char **argv)
     LAB_CHECK(cudaHostGetDevicePointer((void **)&err_host_dev, err_host, 0));
     LAB_CHECK(cudaMalloc((void **)&err_dev, sizeof *err_dev));
     LAB_CHECK(cudaMemset(err_dev, 0, sizeof *err_dev));
+    uint32_t *arrived, *failed; /* device: the spinners so far; host-mapped: their failed waits */
+    uint32_t *failed_dev;
+    LAB_CHECK(cudaMalloc((void **)&arrived, sizeof *arrived));
+    LAB_CHECK(cudaMemset(arrived, 0, sizeof *arrived));
+    LAB_CHECK(cudaHostAlloc((void **)&failed, sizeof *failed, cudaHostAllocMapped));
+    *failed = 0;
+    LAB_CHECK(cudaHostGetDevicePointer((void **)&failed_dev, failed, 0));
+    LAB_CHECK(cudaDeviceSynchronize()); /* the memsets above, on the legacy stream, before s and c */
     LAB_CHECK(cudaFuncSetAttribute(spinner<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, SPIN_SMEM));
     LAB_CHECK(cudaFuncSetAttribute(spinner<4096>, cudaFuncAttributeMaxDynamicSharedMemorySize, SPIN_SMEM));
     cudaEvent_t e0, e1;
@@ -127,19 +144,29 @@ int main(int argc, char **argv)
     if (us == NULL)
         return 1;
 
-    const write_value_fn write_value32 = write_value();
-    uint32_t epoch = 0;
+    const stream_value_fn write_value32 = driver_fn("cuStreamWriteValue32");
+    const stream_value_fn wait_value32 = driver_fn("cuStreamWaitValue32");
+    uint32_t epoch = 0, spinners_so_far = 0;
     for (int rep = -2; rep < reps; rep++) /* two untimed rounds first */
         for (int v = 0; v < nv; v++) {
             epoch++;
             const agmm_dev_error *err = vs[v].host_record ? err_host_dev : err_dev;
             if (vs[v].check == 64)
-                spinner<64><<<spinners, 32, SPIN_SMEM, s>>>(flags + chunks - 1, epoch, err);
+                spinner<64><<<spinners, 32, SPIN_SMEM, s>>>(flags + chunks - 1, epoch, err, arrived, failed_dev);
             else if (vs[v].check == 4096)
-                spinner<4096><<<spinners, 32, SPIN_SMEM, s>>>(flags + chunks - 1, epoch, err);
+                spinner<4096><<<spinners, 32, SPIN_SMEM, s>>>(flags + chunks - 1, epoch, err, arrived, failed_dev);
             LAB_CHECK(cudaGetLastError());
-            /* The chain starts once the spinners are launched (not necessarily resident), as
-             * fused's copy stream starts beside its GEMM. */
+            /* The chain starts once every spinner is resident and waiting, so that all of it runs
+             * beside them (fused's chain starts beside its GEMM's launch; its copies of the later
+             * chunks are the ones its waiting CTAs meet). */
+            if (vs[v].check) {
+                spinners_so_far += (uint32_t)spinners;
+                if (wait_value32((CUstream)c, (CUdeviceptr)arrived, spinners_so_far, CU_STREAM_WAIT_VALUE_GEQ) !=
+                    CUDA_SUCCESS) {
+                    fprintf(stderr, "cuStreamWaitValue32 failed\n");
+                    return 1;
+                }
+            }
             LAB_CHECK(cudaEventRecord(e0, c));
             for (int k = 0; k < chunks; k++) {
                 LAB_CHECK(cudaMemcpyAsync(dst + k * bytes, src + k * bytes, bytes, cudaMemcpyDeviceToDevice, c));
@@ -151,8 +178,9 @@ int main(int argc, char **argv)
             LAB_CHECK(cudaEventRecord(e1, c));
             LAB_CHECK(cudaStreamSynchronize(c));
             LAB_CHECK(cudaStreamSynchronize(s));
-            if (err_host->code != AGMM_DEV_OK) {
-                fprintf(stderr, "%s: a spinner's wait expired\n", vs[v].name);
+            if (*(volatile uint32_t *)failed != 0) {
+                fprintf(stderr, "%s: %u spinners' waits ended without the flag (expired: the copies never ran "
+                                "beside them)\n", vs[v].name, *(volatile uint32_t *)failed);
                 return 1;
             }
             float ms;

@@ -222,6 +222,12 @@ static void plan_loop(agmm_world_kind kind, int nranks, const char *what)
         return;
     }
     list_kinds(job, w);
+    if (job->nkinds == 0) {
+        agmm_check(0, "%s: no backend to cycle", what);
+        agmm_world_destroy(w);
+        free(job);
+        return;
+    }
     for (int r = 0; r < nranks; r++)
         job->res.ok[r] = 1;
     job->nranks = nranks;
@@ -243,16 +249,25 @@ static void world_loop(agmm_world_kind kind, int nranks, int cycles, const char 
     for (int r = 0; r < nranks; r++)
         job->res.ok[r] = 1;
     job->nranks = nranks;
+    int warm = -1; /* usage is read once every kind has run: max(cycles / 5, kinds) */
     for (int i = 0; i < cycles; i++) {
-        if (i == cycles / 5) {
+        if (i == warm) {
             agmm_proc_usage_now(&job->warm_u);
             job->dev_free_warm = dev_free();
         }
         agmm_world *w = gpu_test_world(kind, nranks, 10);
         if (w == NULL)
             break;
-        if (job->nkinds == 0)
+        if (job->nkinds == 0) {
             list_kinds(job, w);
+            warm = job->nkinds > cycles / 5 ? job->nkinds : cycles / 5;
+            if (job->nkinds == 0 || warm >= cycles) {
+                agmm_check(0, "%s: %d kinds to cycle: usage would be read at cycle %d of %d", what, job->nkinds,
+                           warm, cycles);
+                agmm_world_destroy(w);
+                break;
+            }
+        }
         job->world_cycle = i;
         agmm_world_run(w, world_cycle_rank, job);
         agmm_world_destroy(w);
